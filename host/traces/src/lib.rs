@@ -1,0 +1,1 @@
+//! Spot-instance availability traces (being written).
