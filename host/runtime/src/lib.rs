@@ -1,1 +1,29 @@
+//! The sandbox that runs scheduling policies.
+//!
+//! Policies are WebAssembly components implementing `wit/policy.wit`. This crate
+//! loads them ([`PolicyRuntime`]), tells what they implement ([`PolicyComponent`]),
+//! runs their calls under a fuel budget, a wall-clock deadline and memory limits
+//! ([`PolicyInstance`]), and wraps them so that whatever a guest does, the caller
+//! gets a valid answer: a guest's answer when it is valid, the built-in safe
+//! policy's otherwise ([`GuardedPolicy`]).
+//!
+//! The sandbox grants nothing: the guest sees WASI's interfaces (a std guest
+//! imports them even when it does no I/O) but no files, sockets, environment,
+//! arguments or inherited stdio; its clocks are frozen and its randomness is
+//! seeded, so a policy's decisions are reproducible.
 
+mod bindings;
+mod component;
+mod fault;
+mod guarded;
+mod instance;
+mod sandbox;
+
+pub use component::{Exports, LoadError, PolicyComponent, PolicyRuntime};
+pub use fault::{FaultCounts, FaultKind, PolicyFault};
+pub use guarded::{Answer, GuardedPolicy, Source};
+pub use instance::PolicyInstance;
+pub use sandbox::SandboxLimits;
+
+/// WIT package this runtime implements; a component must target it.
+pub const WIT_PACKAGE: &str = "parcae:policy@0.1.0";

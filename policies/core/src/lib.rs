@@ -9,6 +9,7 @@
 pub mod reactive;
 pub mod types;
 pub mod validate;
+pub mod wit_convert;
 
 pub use types::*;
 

@@ -1,0 +1,281 @@
+//! Loading components and checking them against the policy world.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
+use wasmtime::{Config, Engine, OptLevel};
+
+use crate::bindings::{OptimizerIndices, PredictorIndices, log};
+use crate::instance::PolicyInstance;
+use crate::sandbox::{EPOCH_TICK, GuestState, SandboxLimits};
+
+/// Export names of the two policy interfaces.
+const PREDICTOR_EXPORT: &str = "parcae:policy/predictor@0.1.0";
+const OPTIMIZER_EXPORT: &str = "parcae:policy/optimizer@0.1.0";
+const LOG_IMPORT: &str = "parcae:policy/log@0.1.0";
+
+/// Why a component could not be loaded as a policy.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error(
+        "{name}: is a core WebAssembly module, not a component; build policies with \
+         `cargo build --target wasm32-wasip2` (or componentize-py / jco)"
+    )]
+    CoreModule { name: String },
+    #[error("{name}: not a valid WebAssembly component: {reason}")]
+    Invalid { name: String, reason: String },
+    #[error(
+        "{name}: exports neither {PREDICTOR_EXPORT} nor {OPTIMIZER_EXPORT}{hint}; \
+         it exports: [{exports}]"
+    )]
+    NoPolicyExport { name: String, exports: String, hint: String },
+    #[error("{name}: imports {import}, which the policy sandbox does not provide: {reason}")]
+    UnsupportedImport { name: String, import: String, reason: String },
+    #[error("{name}: export {export} does not match the WIT contract: {reason}")]
+    SignatureMismatch { name: String, export: &'static str, reason: String },
+    #[error("{name}: {fault}")]
+    Instantiate { name: String, fault: crate::PolicyFault },
+    #[error("cannot set up the Wasm engine: {0}")]
+    Engine(String),
+}
+
+/// Which interfaces a component exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exports {
+    pub predictor: bool,
+    pub optimizer: bool,
+}
+
+impl Exports {
+    /// Name of the WIT world these exports implement.
+    pub fn world(self) -> &'static str {
+        match (self.predictor, self.optimizer) {
+            (true, true) => "full-policy",
+            (true, false) => "predictor-policy",
+            (false, true) => "optimizer-policy",
+            (false, false) => "none",
+        }
+    }
+}
+
+/// The engine, linker and epoch ticker shared by every policy of a process.
+/// Each loaded policy still gets its own Store (see [`PolicyInstance`]).
+pub struct PolicyRuntime {
+    engine: Engine,
+    linker: Linker<GuestState>,
+    limits: SandboxLimits,
+    ticker: Option<EpochTicker>,
+}
+
+impl PolicyRuntime {
+    /// An engine with fuel and epoch interruption, and a linker that offers the
+    /// guest only `parcae:policy/log` and a capability-less WASI.
+    pub fn new(limits: SandboxLimits) -> Result<Self, LoadError> {
+        let engine_err = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .consume_fuel(true)
+            .epoch_interruption(true)
+            .cranelift_opt_level(OptLevel::Speed)
+            .parallel_compilation(true);
+        let engine = Engine::new(&config).map_err(engine_err)?;
+
+        let mut linker = Linker::<GuestState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(engine_err)?;
+        forbid_blocking(&mut linker).map_err(engine_err)?;
+        log::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)
+            .map_err(engine_err)?;
+
+        let ticker = EpochTicker::start(engine.clone())
+            .map_err(|e| LoadError::Engine(format!("cannot start the epoch thread: {e}")))?;
+        let ticker = Some(ticker);
+        Ok(Self { engine, linker, limits, ticker })
+    }
+
+    /// The limits every policy loaded here runs under.
+    pub fn limits(&self) -> &SandboxLimits {
+        &self.limits
+    }
+
+    /// Load a policy component from a `.wasm` file.
+    pub fn load_file(&self, path: &Path) -> Result<Arc<PolicyComponent>, LoadError> {
+        let bytes = std::fs::read(path)
+            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        self.load_bytes(&path.display().to_string(), &bytes)
+    }
+
+    /// Load a policy component from bytes; `name` identifies it in reports.
+    pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Arc<PolicyComponent>, LoadError> {
+        if is_core_module(bytes) {
+            return Err(LoadError::CoreModule { name: name.to_string() });
+        }
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| LoadError::Invalid { name: name.to_string(), reason: format!("{e:#}") })?;
+        self.check_and_link(name, component)
+    }
+
+    fn check_and_link(
+        &self,
+        name: &str,
+        component: Component,
+    ) -> Result<Arc<PolicyComponent>, LoadError> {
+        let ty = component.component_type();
+        let export_names: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let exports = Exports {
+            predictor: export_names.iter().any(|n| n == PREDICTOR_EXPORT),
+            optimizer: export_names.iter().any(|n| n == OPTIMIZER_EXPORT),
+        };
+        if !exports.predictor && !exports.optimizer {
+            let other_version = export_names.iter().find(|n| n.starts_with("parcae:policy/"));
+            let hint = other_version
+                .map(|n| format!(" (it exports {n}: this host implements {})", crate::WIT_PACKAGE))
+                .unwrap_or_default();
+            return Err(LoadError::NoPolicyExport {
+                name: name.to_string(),
+                exports: export_names.join(", "),
+                hint,
+            });
+        }
+        let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_string()).collect();
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            let reason = format!("{e:#}");
+            let import = imports
+                .iter()
+                .find(|i| reason.contains(i.as_str()))
+                .cloned()
+                .unwrap_or_else(|| "an interface".to_string());
+            LoadError::UnsupportedImport { name: name.to_string(), import, reason }
+        })?;
+        let mismatch = |export: &'static str| {
+            move |e: wasmtime::Error| LoadError::SignatureMismatch {
+                name: name.to_string(),
+                export,
+                reason: format!("{e:#}"),
+            }
+        };
+        let predictor = exports
+            .predictor
+            .then(|| PredictorIndices::new(&pre).map_err(mismatch(PREDICTOR_EXPORT)))
+            .transpose()?;
+        let optimizer = exports
+            .optimizer
+            .then(|| OptimizerIndices::new(&pre).map_err(mismatch(OPTIMIZER_EXPORT)))
+            .transpose()?;
+        let policy = Arc::new(PolicyComponent {
+            name: Arc::from(name),
+            pre,
+            predictor,
+            optimizer,
+            exports,
+            imports,
+            limits: self.limits.clone(),
+        });
+        // Instantiate once now so that type mismatches and failing start-up
+        // code are load errors, not first-call surprises.
+        PolicyInstance::new(policy.clone()).warm_up().map_err(|fault| match fault.kind {
+            crate::FaultKind::Unsupported => LoadError::SignatureMismatch {
+                name: name.to_string(),
+                export: if fault.call == "predict" { PREDICTOR_EXPORT } else { OPTIMIZER_EXPORT },
+                reason: fault.detail,
+            },
+            _ => LoadError::Instantiate { name: name.to_string(), fault },
+        })?;
+        Ok(policy)
+    }
+}
+
+impl Drop for PolicyRuntime {
+    fn drop(&mut self) {
+        self.ticker.take();
+    }
+}
+
+/// A loaded, linked and checked policy component. Cheap to instantiate.
+pub struct PolicyComponent {
+    pub(crate) name: Arc<str>,
+    pub(crate) pre: InstancePre<GuestState>,
+    pub(crate) predictor: Option<PredictorIndices>,
+    pub(crate) optimizer: Option<OptimizerIndices>,
+    exports: Exports,
+    imports: Vec<String>,
+    pub(crate) limits: SandboxLimits,
+}
+
+impl PolicyComponent {
+    /// The name it was loaded under (the file path for files).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The policy interfaces it exports.
+    pub fn exports(&self) -> Exports {
+        self.exports
+    }
+
+    /// Every interface it imports (WASI ones are linked but grant nothing).
+    pub fn imports(&self) -> &[String] {
+        &self.imports
+    }
+
+    /// Whether it imports the host's log interface.
+    pub fn uses_log(&self) -> bool {
+        self.imports.iter().any(|i| i == LOG_IMPORT)
+    }
+}
+
+/// Whether `bytes` is a core module (layer 0) rather than a component (layer 1).
+fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[6..8] == [0, 0]
+}
+
+/// Replace WASI's blocking entry points (`poll`, `pollable.block`) with ones that
+/// fail at once. Epoch deadlines interrupt Wasm code but not a host call that
+/// sleeps, so without this a guest could hold the host in a `sleep`.
+fn forbid_blocking(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut poll = linker.instance("wasi:io/poll@0.2.12")?;
+    for func in ["poll", "[method]pollable.block"] {
+        poll.func_new(func, |_store, _ty, _params, _results| {
+            Err(wasmtime::Error::msg(crate::instance::BLOCKING_FORBIDDEN))
+        })?;
+    }
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// Advances the engine's epoch every [`EPOCH_TICK`] so per-call deadlines fire.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("parcae-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })?;
+        Ok(Self { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

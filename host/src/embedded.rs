@@ -1,0 +1,22 @@
+//! What the host carries inside its binary so it runs with nothing on disk: the
+//! reactive policy component, a small trace, and a small profile.
+
+/// The reactive throughput-optimal policy, compiled to a component at build time.
+pub const REACTIVE_POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/policies/reactive.wasm"));
+
+/// Name of an embedded policy on the command line: `builtin:NAME`.
+pub const BUILTIN_PREFIX: &str = "builtin:";
+
+/// The embedded policies by name.
+pub fn builtin_policy(name: &str) -> Option<&'static [u8]> {
+    match name {
+        "reactive" => Some(REACTIVE_POLICY),
+        _ => None,
+    }
+}
+
+/// Names accepted after `builtin:`.
+pub const BUILTIN_POLICIES: &[&str] = &["reactive"];
+
+/// The project's demo trace (8 instances, one hour), used when no trace is given.
+pub const DEMO_TRACE: (&str, &str) = ("traces/demo-8node.csv", include_str!("../../traces/demo-8node.csv"));

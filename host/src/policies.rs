@@ -1,0 +1,48 @@
+//! Turning command-line policy arguments into a [`GuardedPolicy`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use parcae_runtime::{GuardedPolicy, PolicyComponent, PolicyRuntime};
+
+use crate::embedded::{BUILTIN_POLICIES, BUILTIN_PREFIX, builtin_policy};
+
+/// Load one policy argument: a path to a `.wasm` component or `builtin:NAME`.
+pub fn load_policy(runtime: &PolicyRuntime, spec: &str) -> anyhow::Result<Arc<PolicyComponent>> {
+    if let Some(name) = spec.strip_prefix(BUILTIN_PREFIX) {
+        let Some(bytes) = builtin_policy(name) else {
+            bail!("unknown built-in policy '{name}'; available: {}", BUILTIN_POLICIES.join(", "));
+        };
+        return Ok(runtime.load_bytes(spec, bytes)?);
+    }
+    Ok(runtime.load_file(Path::new(spec))?)
+}
+
+/// Build the guarded policy from `--policy` (serves every interface it exports)
+/// and the more specific `--predictor` / `--optimizer`, which take precedence.
+pub fn guarded_policy(
+    runtime: &PolicyRuntime,
+    policy: Option<&str>,
+    predictor: Option<&str>,
+    optimizer: Option<&str>,
+) -> anyhow::Result<GuardedPolicy> {
+    let main = policy.map(|spec| load_policy(runtime, spec)).transpose()?;
+    let pick = |spec: Option<&str>, wanted: fn(&PolicyComponent) -> bool, role: &str| {
+        match spec {
+            Some(spec) => {
+                let component = load_policy(runtime, spec)?;
+                if !wanted(&component) {
+                    bail!("{spec} does not export the {role} interface (its world is {})", component.exports().world());
+                }
+                Ok(Some(component))
+            }
+            None => Ok(main.clone().filter(|c| wanted(c))),
+        }
+    };
+    let predictor = pick(predictor, |c| c.exports().predictor, "predictor")
+        .context("loading the predictor")?;
+    let optimizer = pick(optimizer, |c| c.exports().optimizer, "optimizer")
+        .context("loading the optimizer")?;
+    Ok(GuardedPolicy::new(predictor, optimizer))
+}
