@@ -8,7 +8,12 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use parcae_runtime::{PolicyRuntime, SandboxLimits};
 
+use parcae_costmodel::{CostConstants, Profile};
+use parcae_policy_core::{ModelProfile, ParallelConfig};
+
+use crate::embedded::{COST_CONSTANTS, DEMO_TRACE, EXAMPLE_PROFILE};
 use crate::policies::{guarded_policy, load_policy};
+use crate::replay::ReplaySettings;
 
 /// Parcae: train on spot instances, reconfiguring before preemptions hit.
 #[derive(Debug, Parser)]
@@ -193,7 +198,11 @@ fn policy_check(policies: &[String], sandbox: &SandboxArgs) -> anyhow::Result<()
         match load_policy(&runtime, spec) {
             Ok(component) => {
                 let exports = component.exports();
-                println!("{spec}: ok, implements world {} of {}", exports.world(), parcae_runtime::WIT_PACKAGE);
+                println!(
+                    "{spec}: ok, implements world {} of {}",
+                    exports.world(),
+                    parcae_runtime::WIT_PACKAGE
+                );
                 println!("  predictor: {}", if exports.predictor { "exported" } else { "-" });
                 println!("  optimizer: {}", if exports.optimizer { "exported" } else { "-" });
                 let (wasi, other): (Vec<_>, Vec<_>) =
@@ -244,13 +253,100 @@ fn trace_convert(trace: &Path, output: &Path, to: ConvertTarget, input: &TraceIn
     };
     match to {
         ConvertTarget::Events => parcae_traces::write_events_csv(&loaded, &mut sink),
-        ConvertTarget::Series => parcae_traces::write_series_csv(&loaded.series(input.interval_ms()?)?, &mut sink),
+        ConvertTarget::Series => {
+            parcae_traces::write_series_csv(&loaded.series(input.interval_ms()?)?, &mut sink)
+        }
     }
     .and_then(|()| sink.flush())
     .with_context(|| format!("writing {}", output.display()))
 }
 
+impl ProfileArgs {
+    /// The policy-level profile of the chosen model, and the model's name.
+    pub fn load(&self) -> anyhow::Result<ModelProfile> {
+        let profile = match &self.profile {
+            Some(path) => Profile::load(path)?,
+            None => Profile::from_json(EXAMPLE_PROFILE.1, EXAMPLE_PROFILE.0)?,
+        };
+        let constants = match &self.cost_constants {
+            Some(path) => CostConstants::load(path)?,
+            None => CostConstants::from_json(COST_CONSTANTS.1, COST_CONSTANTS.0)?,
+        };
+        let model = match &self.model {
+            Some(model) => model.clone(),
+            None => profile
+                .model_names()
+                .first()
+                .map(|m| m.to_string())
+                .with_context(|| format!("{}: has no models", profile.file().display()))?,
+        };
+        Ok(profile.model_profile(&model, &constants)?)
+    }
+}
+
 fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("replay: wired once the profile loader lands")
+    let trace = match &args.trace {
+        Some(path) => args.input.load(path)?,
+        None => parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), args.input.format)?,
+    };
+    let interval_ms = args.input.interval_ms()?;
+    let series = trace.series(interval_ms)?;
+    let profile = args.profile.load()?;
+    anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
+    let runtime = args.sandbox.runtime()?;
+    let policy_spec = args.policy.as_deref().or(Some("builtin:reactive"));
+    let mut policy =
+        guarded_policy(&runtime, policy_spec, args.predictor.as_deref(), args.optimizer.as_deref())?;
+    let fleet_max = series.intervals.iter().map(|s| s.instances).max().unwrap_or(0);
+    let settings = ReplaySettings { interval_ms, horizon: args.horizon, fleet_max };
+
+    println!(
+        "replaying {} ({} intervals of {} s) for model {} with predictor {} and optimizer {}",
+        trace.name(),
+        series.len(),
+        interval_ms / 1000,
+        profile.model,
+        policy.predictor_name().unwrap_or("built-in persistence"),
+        policy.optimizer_name().unwrap_or("built-in throughput-optimal"),
+    );
+    println!(
+        "{:>8} {:>7} {:>4} {:>4} {:>4} {:>8} {:>7} {:>12}  answered by",
+        "interval", "t(min)", "N", "+", "-", "forecast", "config", "exp.samples"
+    );
+    let mut previous: Option<Option<ParallelConfig>> = None;
+    let decisions = crate::replay::replay(&series.intervals, &profile, &mut policy, &settings, |d| {
+        // Print the intervals where something happened, not 60 identical rows.
+        let changed = previous != Some(d.config) || d.arrivals > 0 || d.preemptions > 0 || d.fault.is_some();
+        previous = Some(d.config);
+        if changed {
+            let config = d.config.map_or_else(|| "pause".to_string(), |c| c.to_string());
+            let answered = format!("{}/{}", d.predictor, d.optimizer);
+            println!(
+                "{:>8} {:>7.1} {:>4} {:>4} {:>4} {:>8} {:>7} {:>12.0}  {answered}",
+                d.interval,
+                d.start_ms as f64 / 60_000.0,
+                d.instances,
+                d.arrivals,
+                d.preemptions,
+                d.forecast_instances,
+                config,
+                d.expected_samples
+            );
+        }
+    });
+    let changes = decisions.windows(2).filter(|w| w[0].config != w[1].config).count();
+    let expected: f64 = decisions.iter().map(|d| d.expected_samples).sum();
+    println!(
+        "{} decisions, {changes} configuration changes, {expected:.0} samples expected by the policy (before migration costs)",
+        decisions.len()
+    );
+    println!("predictor: {}", policy.predictor_counts());
+    println!("optimizer: {}", policy.optimizer_counts());
+    if let Some(path) = &args.json {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(file), &decisions)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("decisions written to {}", path.display());
+    }
+    Ok(())
 }

@@ -20,3 +20,11 @@ pub const BUILTIN_POLICIES: &[&str] = &["reactive"];
 
 /// The project's demo trace (8 instances, one hour), used when no trace is given.
 pub const DEMO_TRACE: (&str, &str) = ("traces/demo-8node.csv", include_str!("../../traces/demo-8node.csv"));
+
+/// The project's example profile (an illustrative small GPT on 8 instances).
+pub const EXAMPLE_PROFILE: (&str, &str) =
+    ("profiles/example-small.json", include_str!("../../profiles/example-small.json"));
+
+/// The cost-model constants of the Parcae artifact (see profiles/README.md).
+pub const COST_CONSTANTS: (&str, &str) =
+    ("profiles/cost-constants.json", include_str!("../../profiles/cost-constants.json"));

@@ -28,21 +28,22 @@ pub fn guarded_policy(
     optimizer: Option<&str>,
 ) -> anyhow::Result<GuardedPolicy> {
     let main = policy.map(|spec| load_policy(runtime, spec)).transpose()?;
-    let pick = |spec: Option<&str>, wanted: fn(&PolicyComponent) -> bool, role: &str| {
-        match spec {
-            Some(spec) => {
-                let component = load_policy(runtime, spec)?;
-                if !wanted(&component) {
-                    bail!("{spec} does not export the {role} interface (its world is {})", component.exports().world());
-                }
-                Ok(Some(component))
+    let pick = |spec: Option<&str>, wanted: fn(&PolicyComponent) -> bool, role: &str| match spec {
+        Some(spec) => {
+            let component = load_policy(runtime, spec)?;
+            if !wanted(&component) {
+                bail!(
+                    "{spec} does not export the {role} interface (its world is {})",
+                    component.exports().world()
+                );
             }
-            None => Ok(main.clone().filter(|c| wanted(c))),
+            Ok(Some(component))
         }
+        None => Ok(main.clone().filter(|c| wanted(c))),
     };
-    let predictor = pick(predictor, |c| c.exports().predictor, "predictor")
-        .context("loading the predictor")?;
-    let optimizer = pick(optimizer, |c| c.exports().optimizer, "optimizer")
-        .context("loading the optimizer")?;
+    let predictor =
+        pick(predictor, |c| c.exports().predictor, "predictor").context("loading the predictor")?;
+    let optimizer =
+        pick(optimizer, |c| c.exports().optimizer, "optimizer").context("loading the optimizer")?;
     Ok(GuardedPolicy::new(predictor, optimizer))
 }

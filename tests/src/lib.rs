@@ -23,8 +23,7 @@ pub fn toy_profile() -> ModelProfile {
     let mut configs = Vec::new();
     for pipeline_stages in [1u32, 2, 4] {
         for data_parallel in 1..=16 / pipeline_stages {
-            let samples_per_second =
-                10.0 * f64::from(data_parallel) * f64::from(pipeline_stages).powf(0.9);
+            let samples_per_second = 10.0 * f64::from(data_parallel) * f64::from(pipeline_stages).powf(0.9);
             configs.push(ConfigProfile {
                 config: ParallelConfig::new(data_parallel, pipeline_stages),
                 samples_per_second,
@@ -44,6 +43,7 @@ pub fn toy_profile() -> ModelProfile {
         transfer_curve: vec![],
         rendezvous_ms: 6600.0,
         process_start_ms: 240.0,
+        add_extra_ms: 0.0,
         checkpoint_restart_ms: 14_000.0,
         checkpoint_interval_ms: 600_000.0,
     }

@@ -93,8 +93,7 @@ impl fmt::Display for Where<'_> {
 /// Appends an object key to a JSON path: `.key` for plain names, `["a.b"]`
 /// for names that would be ambiguous (dots, brackets, quotes, spaces, empty).
 pub(crate) fn join_key(parent: &str, key: &str) -> String {
-    let plain = !key.is_empty()
-        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let plain = !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     match (parent.is_empty(), plain) {
         (true, true) => key.to_string(),
         (false, true) => format!("{parent}.{key}"),

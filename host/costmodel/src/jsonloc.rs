@@ -24,14 +24,11 @@ pub(crate) fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, P
     // A UTF-8 byte-order mark is legal in files saved by some editors.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     serde_json::from_str(text).map_err(|e| {
-        let position =
-            (e.line() > 0).then_some(Position { line: e.line(), column: e.column() });
+        let position = (e.line() > 0).then_some(Position { line: e.line(), column: e.column() });
         let full = e.to_string();
         let suffix = format!(" at line {} column {}", e.line(), e.column());
         let reason = full.strip_suffix(suffix.as_str()).unwrap_or(&full).to_string();
-        let path = position
-            .and_then(|p| locate(text, p))
-            .unwrap_or_default();
+        let path = position.and_then(|p| locate(text, p)).unwrap_or_default();
         ProfileError::Invalid { file: file.to_path_buf(), path, position, reason }
     })
 }
@@ -58,11 +55,7 @@ fn line_start(text: &str, line: usize) -> Option<usize> {
     if line == 1 {
         return Some(0);
     }
-    text.bytes()
-        .enumerate()
-        .filter(|&(_, b)| b == b'\n')
-        .nth(line - 2)
-        .map(|(i, _)| i + 1)
+    text.bytes().enumerate().filter(|&(_, b)| b == b'\n').nth(line - 2).map(|(i, _)| i + 1)
 }
 
 /// One JSON value: its byte span (end exclusive; `usize::MAX` if never closed)
@@ -201,7 +194,7 @@ impl Scanner<'_> {
 }
 
 /// Deserialize a map, rejecting keys that appear twice (serde_json would keep
-/// the last silently, and "4" and "04" name the same number of bytes).
+/// the last silently).
 pub(crate) fn unique_map<'de, D, K, V>(deserializer: D) -> Result<BTreeMap<K, V>, D::Error>
 where
     D: Deserializer<'de>,

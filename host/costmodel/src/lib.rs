@@ -26,8 +26,7 @@ mod profile;
 mod transfer;
 
 pub use constants::{
-    Change, CommRebuild, CommRebuildKind, CommRebuildSpec, CommRebuildTable, CostConstants,
-    CostConstantsFile,
+    Change, CommRebuild, CommRebuildKind, CommRebuildSpec, CommRebuildTable, CostConstants, CostConstantsFile,
 };
 pub use error::{Position, ProfileError};
 pub use partition::{PartitionError, max_stages, partition, stage_layer_counts, stage_partition};

@@ -186,10 +186,7 @@ mod tests {
     fn rejects_impossible_depths() {
         assert_eq!(partition(&[1, 2], 0), Err(PartitionError::ZeroStages));
         assert_eq!(partition(&[], 1), Err(PartitionError::NoLayers));
-        assert_eq!(
-            partition(&[1, 2, 3], 3),
-            Err(PartitionError::TooFewLayers { layers: 3, stages: 3 })
-        );
+        assert_eq!(partition(&[1, 2, 3], 3), Err(PartitionError::TooFewLayers { layers: 3, stages: 3 }));
         assert_eq!(partition(&[1, 2, 3], 2).unwrap(), vec![0..2, 2..3]);
         let msg = PartitionError::TooFewLayers { layers: 19, stages: 20 }.to_string();
         assert!(msg.contains("at most 18 stages"), "{msg}");
@@ -206,13 +203,7 @@ mod tests {
 
     #[test]
     fn overflow_is_an_error_not_a_panic() {
-        assert_eq!(
-            stage_partition(&[u64::MAX, 1], 1, 12),
-            Err(PartitionError::Overflow { stage: 0 })
-        );
-        assert_eq!(
-            stage_partition(&[1, 1, u64::MAX / 2], 2, 12),
-            Err(PartitionError::Overflow { stage: 1 })
-        );
+        assert_eq!(stage_partition(&[u64::MAX, 1], 1, 12), Err(PartitionError::Overflow { stage: 0 }));
+        assert_eq!(stage_partition(&[1, 1, u64::MAX / 2], 2, 12), Err(PartitionError::Overflow { stage: 1 }));
     }
 }

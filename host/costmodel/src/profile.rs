@@ -249,7 +249,11 @@ impl Profile {
     pub fn partition(&self, model: &str, pp: u32) -> Result<StagePartition, ProfileError> {
         let lp = self.layer_params(model)?;
         stage_partition(&lp.layers, pp, lp.state_bytes_per_param()).map_err(|e| {
-            ProfileError::invalid(&self.file, join_key(&join_key("layer_params", model), "layers"), e.to_string())
+            ProfileError::invalid(
+                &self.file,
+                join_key(&join_key("layer_params", model), "layers"),
+                e.to_string(),
+            )
         })
     }
 
@@ -262,16 +266,25 @@ impl Profile {
             .try_fold(0u64, |acc, &p| acc.checked_add(p))
             .and_then(|params| params.checked_mul(lp.state_bytes_per_param()))
             .ok_or_else(|| {
-                ProfileError::invalid(&self.file, join_key("layer_params", model), "state bytes overflow 64 bits")
+                ProfileError::invalid(
+                    &self.file,
+                    join_key("layer_params", model),
+                    "state bytes overflow 64 bits",
+                )
             })
     }
 
     /// The policy-level profile of `model`: one `ConfigProfile` per measured
     /// layout (sorted by D then P) with communicator rebuild times from
     /// `constants`, one partition per depth used, the transfer curve, and the
-    /// start-up and checkpoint times (`checkpoint_restart_ms` = checkpoint
-    /// save/load + the model's `restart_extra_ms`).
-    pub fn model_profile(&self, model: &str, constants: &CostConstants) -> Result<ModelProfile, ProfileError> {
+    /// start-up and checkpoint times. The model's `restart_extra_ms` is
+    /// `add_extra_ms`: the artifact charges it on every reconfiguration that
+    /// adds instances (restarts included), not only on restarts.
+    pub fn model_profile(
+        &self,
+        model: &str,
+        constants: &CostConstants,
+    ) -> Result<ModelProfile, ProfileError> {
         let entry = self.model(model)?;
         let rule = constants.comm_rebuild(model)?;
         let mut configs = Vec::with_capacity(entry.throughput.len());
@@ -279,7 +292,11 @@ impl Profile {
             let config = ParallelConfig::new(t.dp, t.pp);
             // Validation guarantees the entry; stay panic-free anyway.
             let model_build_ms = *entry.model_build_ms_by_pp.get(&t.pp).ok_or_else(|| {
-                ProfileError::invalid(&self.file, model_path(model, "model_build_ms_by_pp"), format!("no entry for pp={}", t.pp))
+                ProfileError::invalid(
+                    &self.file,
+                    model_path(model, "model_build_ms_by_pp"),
+                    format!("no entry for pp={}", t.pp),
+                )
             })?;
             configs.push(ConfigProfile {
                 config,
@@ -292,10 +309,8 @@ impl Profile {
         }
         configs.sort_by_key(|c| c.config);
         let depths: BTreeSet<u32> = entry.throughput.iter().map(|t| t.pp).collect();
-        let partitions = depths
-            .into_iter()
-            .map(|pp| self.partition(model, pp))
-            .collect::<Result<Vec<_>, _>>()?;
+        let partitions =
+            depths.into_iter().map(|pp| self.partition(model, pp)).collect::<Result<Vec<_>, _>>()?;
         Ok(ModelProfile {
             model: model.to_string(),
             global_batch_size: entry.global_batch_size,
@@ -305,7 +320,8 @@ impl Profile {
             transfer_curve: self.curve.points().to_vec(),
             rendezvous_ms: entry.rendezvous_ms,
             process_start_ms: entry.proc_init_ms,
-            checkpoint_restart_ms: constants.checkpoint_save_load_ms() + entry.restart_extra_ms,
+            add_extra_ms: entry.restart_extra_ms,
+            checkpoint_restart_ms: constants.checkpoint_save_load_ms(),
             checkpoint_interval_ms: constants.checkpoint_interval_ms(),
         })
     }
@@ -363,14 +379,18 @@ fn validate(data: &ProfileFile, file: &Path) -> Result<TransferCurve, ProfileErr
     let curve = TransferCurve::new(points.clone()).map_err(|e| {
         let path = match e {
             CurveError::Empty => "p2p_us_by_bytes".to_string(),
-            CurveError::ZeroBytes { index } | CurveError::BadTime { index, .. } | CurveError::NotSorted { index, .. } => {
+            CurveError::ZeroBytes { index }
+            | CurveError::BadTime { index, .. }
+            | CurveError::NotSorted { index, .. } => {
                 join_key("p2p_us_by_bytes", &points[index].bytes.to_string())
             }
         };
         let reason = match e {
             CurveError::Empty => "needs at least one measured point".to_string(),
             CurveError::ZeroBytes { .. } => "size must be >= 1 byte".to_string(),
-            CurveError::BadTime { micros, .. } => format!("time must be a finite number of microseconds > 0, got {micros}"),
+            CurveError::BadTime { micros, .. } => {
+                format!("time must be a finite number of microseconds > 0, got {micros}")
+            }
             CurveError::NotSorted { .. } => e.to_string(),
         };
         ProfileError::invalid(file, path, reason)
@@ -384,7 +404,11 @@ fn validate(data: &ProfileFile, file: &Path) -> Result<TransferCurve, ProfileErr
             return Err(ProfileError::invalid(file, "models", "a model name must not be empty"));
         }
         let lp = data.layer_params.get(name).ok_or_else(|| {
-            ProfileError::invalid(file, "layer_params", format!("no entry for model `{name}` (every model in `models` needs one)"))
+            ProfileError::invalid(
+                file,
+                "layer_params",
+                format!("no entry for model `{name}` (every model in `models` needs one)"),
+            )
         })?;
         validate_model(file, name, entry, lp)?;
     }
@@ -392,7 +416,10 @@ fn validate(data: &ProfileFile, file: &Path) -> Result<TransferCurve, ProfileErr
         return Err(ProfileError::invalid(
             file,
             join_key("layer_params", orphan),
-            format!("no model `{orphan}` in `models`; models: {}", data.models.keys().cloned().collect::<Vec<_>>().join(", ")),
+            format!(
+                "no model `{orphan}` in `models`; models: {}",
+                data.models.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
         ));
     }
     Ok(curve)
@@ -402,7 +429,7 @@ fn validate_model(file: &Path, name: &str, m: &ModelEntry, lp: &LayerParams) -> 
     let at = |field: &str| model_path(name, field);
     check_at_least_one(file, &at("micro_batch_size"), m.micro_batch_size)?;
     check_at_least_one(file, &at("global_batch_size"), m.global_batch_size)?;
-    if m.global_batch_size % m.micro_batch_size != 0 {
+    if !m.global_batch_size.is_multiple_of(m.micro_batch_size) {
         return Err(ProfileError::invalid(
             file,
             at("global_batch_size"),

@@ -160,10 +160,7 @@ mod tests {
     #[test]
     fn rejects_bad_curves() {
         assert_eq!(TransferCurve::new(vec![]), Err(CurveError::Empty));
-        assert!(matches!(
-            TransferCurve::new(vec![pt(0, 1.0)]),
-            Err(CurveError::ZeroBytes { index: 0 })
-        ));
+        assert!(matches!(TransferCurve::new(vec![pt(0, 1.0)]), Err(CurveError::ZeroBytes { index: 0 })));
         assert!(matches!(
             TransferCurve::new(vec![pt(1, 1.0), pt(2, f64::NAN)]),
             Err(CurveError::BadTime { index: 1, .. })

@@ -17,5 +17,4 @@ use exports::parcae::policy::optimizer as wit_optimizer;
 use exports::parcae::policy::predictor as wit_predictor;
 use parcae::policy::types as wit;
 
-
 parcae_policy_core::impl_wit_conversions!();

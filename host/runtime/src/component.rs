@@ -89,8 +89,7 @@ impl PolicyRuntime {
         let mut linker = Linker::<GuestState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(engine_err)?;
         forbid_blocking(&mut linker).map_err(engine_err)?;
-        log::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)
-            .map_err(engine_err)?;
+        log::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s).map_err(engine_err)?;
 
         let ticker = EpochTicker::start(engine.clone())
             .map_err(|e| LoadError::Engine(format!("cannot start the epoch thread: {e}")))?;
@@ -105,8 +104,8 @@ impl PolicyRuntime {
 
     /// Load a policy component from a `.wasm` file.
     pub fn load_file(&self, path: &Path) -> Result<Arc<PolicyComponent>, LoadError> {
-        let bytes = std::fs::read(path)
-            .map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        let bytes =
+            std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
         self.load_bytes(&path.display().to_string(), &bytes)
     }
 
@@ -115,16 +114,15 @@ impl PolicyRuntime {
         if is_core_module(bytes) {
             return Err(LoadError::CoreModule { name: name.to_string() });
         }
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| LoadError::Invalid { name: name.to_string(), reason: format!("{e:#}") })?;
+        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid {
+            name: name.to_string(),
+            // One line: wasmtime's messages may embed multi-line debug output.
+            reason: format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" "),
+        })?;
         self.check_and_link(name, component)
     }
 
-    fn check_and_link(
-        &self,
-        name: &str,
-        component: Component,
-    ) -> Result<Arc<PolicyComponent>, LoadError> {
+    fn check_and_link(&self, name: &str, component: Component) -> Result<Arc<PolicyComponent>, LoadError> {
         let ty = component.component_type();
         let export_names: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
         let exports = Exports {
@@ -259,14 +257,12 @@ impl EpochTicker {
     fn start(engine: Engine) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("parcae-epoch".into())
-            .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(EPOCH_TICK);
-                    engine.increment_epoch();
-                }
-            })?;
+        let thread = std::thread::Builder::new().name("parcae-epoch".into()).spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        })?;
         Ok(Self { stop, thread: Some(thread) })
     }
 }

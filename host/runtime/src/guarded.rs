@@ -51,17 +51,12 @@ pub struct GuardedPolicy {
 impl GuardedPolicy {
     /// Use `predictor` and `optimizer` (each optional: `None` means the built-in
     /// policy). The same component may serve both; it then runs as one instance.
-    pub fn new(
-        predictor: Option<Arc<PolicyComponent>>,
-        optimizer: Option<Arc<PolicyComponent>>,
-    ) -> Self {
+    pub fn new(predictor: Option<Arc<PolicyComponent>>, optimizer: Option<Arc<PolicyComponent>>) -> Self {
         let mut instances: Vec<PolicyInstance> = Vec::new();
         let mut slot_for = |component: Option<Arc<PolicyComponent>>| {
             component.map(|c| {
-                let instance = instances
-                    .iter()
-                    .position(|i| Arc::ptr_eq(i.component(), &c))
-                    .unwrap_or_else(|| {
+                let instance =
+                    instances.iter().position(|i| Arc::ptr_eq(i.component(), &c)).unwrap_or_else(|| {
                         instances.push(PolicyInstance::new(c));
                         instances.len() - 1
                     });
@@ -102,20 +97,20 @@ impl GuardedPolicy {
     /// A valid forecast for `request`, always.
     pub fn predict(&mut self, request: &core::PredictRequest) -> Answer<Vec<core::IntervalStats>> {
         let quarantine_after = self.quarantine_after;
-        let outcome = self.predictor.as_mut().map(|slot| {
-            guarded_call(slot, quarantine_after, &mut self.instances, |i| i.predict(request))
-        });
-        finish(outcome, || {
-            Persistence.predict(request).expect("the persistence predictor cannot fail")
-        })
+        let outcome = self
+            .predictor
+            .as_mut()
+            .map(|slot| guarded_call(slot, quarantine_after, &mut self.instances, |i| i.predict(request)));
+        finish(outcome, || Persistence.predict(request).expect("the persistence predictor cannot fail"))
     }
 
     /// A valid plan for `request`, always.
     pub fn optimize(&mut self, request: &core::OptimizeRequest) -> Answer<core::Plan> {
         let quarantine_after = self.quarantine_after;
-        let outcome = self.optimizer.as_mut().map(|slot| {
-            guarded_call(slot, quarantine_after, &mut self.instances, |i| i.optimize(request))
-        });
+        let outcome = self
+            .optimizer
+            .as_mut()
+            .map(|slot| guarded_call(slot, quarantine_after, &mut self.instances, |i| i.optimize(request)));
         finish(outcome, || {
             ThroughputOptimal.optimize(request).expect("the throughput-optimal optimizer cannot fail")
         })

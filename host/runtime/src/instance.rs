@@ -102,20 +102,16 @@ impl PolicyInstance {
         report_dropped_logs(live.store.data_mut());
         match outcome {
             Ok(Ok(Ok(answer))) => Ok(answer),
-            Ok(Ok(Err(message))) => {
-                Err(self.fault(call, FaultKind::GuestError, clip(&message).to_string()))
-            }
+            Ok(Ok(Err(message))) => Err(self.fault(call, FaultKind::GuestError, clip(&message).to_string())),
             Ok(Err(error)) => {
                 let (kind, detail) = classify(&error, live.store.data());
                 // A trapped instance is poisoned: start afresh next call.
                 self.live = None;
                 Err(self.fault(call, kind, detail))
             }
-            Err(kind) => Err(self.fault(
-                call,
-                kind,
-                format!("the component does not export the {call} interface"),
-            )),
+            Err(kind) => {
+                Err(self.fault(call, kind, format!("the component does not export the {call} interface")))
+            }
         }
     }
 
@@ -130,10 +126,8 @@ impl PolicyInstance {
     fn instantiate(&mut self) -> Result<Live, PolicyFault> {
         const CALL: &str = "instantiate";
         let component = &self.component;
-        let mut store = Store::new(
-            component.pre.engine(),
-            GuestState::new(component.name.clone(), &component.limits),
-        );
+        let mut store =
+            Store::new(component.pre.engine(), GuestState::new(component.name.clone(), &component.limits));
         store.limiter(|state| &mut state.limiter);
         arm(&mut store, component.limits.fuel_per_call)?;
         let instance = match component.pre.instantiate(&mut store) {
@@ -218,10 +212,9 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> (FaultKind, String) 
             FaultKind::FuelExhausted,
             format!("used its whole budget of {} fuel units", limits.fuel_per_call),
         ),
-        Some(wasmtime::Trap::Interrupt) => (
-            FaultKind::DeadlineExceeded,
-            format!("still running after {:?}", limits.deadline_per_call),
-        ),
+        Some(wasmtime::Trap::Interrupt) => {
+            (FaultKind::DeadlineExceeded, format!("still running after {:?}", limits.deadline_per_call))
+        }
         Some(trap) => (FaultKind::Trap, with_stderr(trap.to_string())),
         None => {
             let text = format!("{error:#}");

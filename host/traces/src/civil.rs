@@ -35,35 +35,26 @@ pub(crate) fn parse_date_time(date: &str, time: &str) -> Result<i64, String> {
     let [ys, ms, ds] = d.as_slice() else {
         return Err(format!("date '{date}' is not YYYY-MM-DD"));
     };
-    let year =
-        digits(ys, 4, 4).ok_or_else(|| format!("date '{date}': year '{ys}' is not 4 digits"))?;
-    let month =
-        digits(ms, 1, 2).ok_or_else(|| format!("date '{date}': month '{ms}' is not a number"))?;
-    let day =
-        digits(ds, 1, 2).ok_or_else(|| format!("date '{date}': day '{ds}' is not a number"))?;
+    let year = digits(ys, 4, 4).ok_or_else(|| format!("date '{date}': year '{ys}' is not 4 digits"))?;
+    let month = digits(ms, 1, 2).ok_or_else(|| format!("date '{date}': month '{ms}' is not a number"))?;
+    let day = digits(ds, 1, 2).ok_or_else(|| format!("date '{date}': day '{ds}' is not a number"))?;
     if !(1..=12).contains(&month) {
         return Err(format!("date '{date}': month {month} is not in 1..=12"));
     }
     let dim = days_in_month(i64::from(year), month);
     if day < 1 || day > dim {
-        return Err(format!(
-            "date '{date}': day {day} is not in 1..={dim} for that month"
-        ));
+        return Err(format!("date '{date}': day {day} is not in 1..={dim} for that month"));
     }
     let t: Vec<&str> = time.split(':').collect();
     let [hs, mins, ss] = t.as_slice() else {
         return Err(format!("time '{time}' is not HH:MM:SS"));
     };
-    let hour =
-        digits(hs, 1, 2).ok_or_else(|| format!("time '{time}': hour '{hs}' is not a number"))?;
-    let minute = digits(mins, 1, 2)
-        .ok_or_else(|| format!("time '{time}': minute '{mins}' is not a number"))?;
-    let second =
-        digits(ss, 1, 2).ok_or_else(|| format!("time '{time}': second '{ss}' is not a number"))?;
+    let hour = digits(hs, 1, 2).ok_or_else(|| format!("time '{time}': hour '{hs}' is not a number"))?;
+    let minute =
+        digits(mins, 1, 2).ok_or_else(|| format!("time '{time}': minute '{mins}' is not a number"))?;
+    let second = digits(ss, 1, 2).ok_or_else(|| format!("time '{time}': second '{ss}' is not a number"))?;
     if hour > 23 || minute > 59 || second > 59 {
-        return Err(format!(
-            "time '{time}' is out of range (00:00:00..=23:59:59)"
-        ));
+        return Err(format!("time '{time}' is out of range (00:00:00..=23:59:59)"));
     }
     let days = days_from_civil(i64::from(year), month, day);
     Ok(days * 86_400 + i64::from(hour) * 3_600 + i64::from(minute) * 60 + i64::from(second))
@@ -86,10 +77,7 @@ mod tests {
         assert_eq!(days_from_civil(1970, 1, 1), 0);
         assert_eq!(days_from_civil(2000, 3, 1), 11_017);
         assert_eq!(days_from_civil(1969, 12, 31), -1);
-        assert_eq!(
-            days_from_civil(2024, 2, 29) + 1,
-            days_from_civil(2024, 3, 1)
-        );
+        assert_eq!(days_from_civil(2024, 2, 29) + 1, days_from_civil(2024, 3, 1));
         // 2023-06-15 12:34:56 UTC = 1686832496
         assert_eq!(parse_date_time("2023-06-15", "12:34:56"), Ok(1_686_832_496));
     }

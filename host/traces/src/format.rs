@@ -135,10 +135,7 @@ pub(crate) fn detect(text: &str) -> Detected {
 /// `digits-digits-digits`, the shape of a calendar date.
 fn looks_like_date(field: &str) -> bool {
     let parts: Vec<&str> = field.split('-').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+    parts.len() == 3 && parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 #[cfg(test)]
@@ -163,15 +160,9 @@ mod tests {
         assert_eq!(found("0,add,node1\n"), Some(Format::EventsCsv));
         assert_eq!(found("t_ms,op,node\n0,add,a\n"), Some(Format::EventsCsv));
         assert_eq!(found("# c\n\n0,3\n"), Some(Format::CountsCsv));
-        assert_eq!(
-            found("2023-01-02, 10:00:00, 3\n"),
-            Some(Format::TimestampedCounts)
-        );
+        assert_eq!(found("2023-01-02, 10:00:00, 3\n"), Some(Format::TimestampedCounts));
         assert_eq!(found("[0, \"add\", {}]\n"), Some(Format::SegmentsJsonl));
-        assert_eq!(
-            found(" [\n {\"interval\": [0,1,0]}]"),
-            Some(Format::DecisionsJson)
-        );
+        assert_eq!(found(" [\n {\"interval\": [0,1,0]}]"), Some(Format::DecisionsJson));
         assert_eq!(found("{\"data\": []}"), Some(Format::TicksJson));
         assert!(matches!(detect("  \n# only\n"), Detected::Empty));
         assert!(matches!(detect("1,2,3,4\n"), Detected::Unknown(1, _)));

@@ -32,8 +32,8 @@ use std::path::Path;
 pub use error::{Location, TraceError, UnknownFormat};
 pub use format::Format;
 pub use model::{
-    Event, EventKind, HOUR_MS, IntervalSeries, IntervalStats, Lifetime, MAX_INTERVALS,
-    ReferenceDecision, Strategy, Trace,
+    Event, EventKind, HOUR_MS, IntervalSeries, IntervalStats, Lifetime, MAX_INTERVALS, ReferenceDecision,
+    Strategy, Trace,
 };
 pub use parse::{MAX_COUNT, MAX_EVENTS};
 pub use stats::{LifetimeDistribution, LifetimeStats, TraceStats};
@@ -57,9 +57,6 @@ pub fn parse(source: &Path, data: &[u8], format: Option<Format>) -> Result<Trace
 }
 
 fn load_impl(path: &Path, format: Option<Format>) -> Result<Trace, TraceError> {
-    let data = std::fs::read(path).map_err(|source| TraceError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let data = std::fs::read(path).map_err(|source| TraceError::Io { path: path.to_path_buf(), source })?;
     parse::parse_bytes(path, &data, format)
 }

@@ -129,16 +129,8 @@ pub struct Lifetime {
     pub censored: bool,
 }
 
-/// Availability in one fixed-length interval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash, Serialize)]
-pub struct IntervalStats {
-    /// Instances alive at the end of the interval (after all its events).
-    pub instances: u32,
-    /// Additions inside the interval.
-    pub arrivals: u32,
-    /// Removals inside the interval.
-    pub preemptions: u32,
-}
+/// Availability in one fixed-length interval: the type policies receive.
+pub use parcae_policy_core::IntervalStats;
 
 /// A trace cut into fixed-length intervals: what a per-interval scheduler sees.
 ///
@@ -245,9 +237,7 @@ impl Trace {
     /// At least one.
     pub fn interval_count(&self, interval_ms: u64) -> Result<u64, TraceError> {
         if interval_ms == 0 {
-            return Err(
-                self.interval_error(interval_ms, "the interval must be at least 1 ms".into())
-            );
+            return Err(self.interval_error(interval_ms, "the interval must be at least 1 ms".into()));
         }
         let by_end = self.end_ms.div_ceil(interval_ms);
         let by_events = self.events.last().map_or(0, |e| e.t_ms / interval_ms + 1);
@@ -255,9 +245,7 @@ impl Trace {
         if n > MAX_INTERVALS {
             return Err(self.interval_error(
                 interval_ms,
-                format!(
-                    "the trace would span {n} intervals (more than the supported {MAX_INTERVALS})"
-                ),
+                format!("the trace would span {n} intervals (more than the supported {MAX_INTERVALS})"),
             ));
         }
         Ok(n)
@@ -280,15 +268,10 @@ impl Trace {
         }
         let mut alive: u32 = 0;
         for slot in &mut intervals {
-            alive = alive
-                .saturating_add(slot.arrivals)
-                .saturating_sub(slot.preemptions);
+            alive = alive.saturating_add(slot.arrivals).saturating_sub(slot.preemptions);
             slot.instances = alive;
         }
-        Ok(IntervalSeries {
-            interval_ms,
-            intervals,
-        })
+        Ok(IntervalSeries { interval_ms, intervals })
     }
 
     /// Every instance's stay, in order of addition. A node id that is removed
@@ -335,10 +318,6 @@ impl Trace {
     }
 
     fn interval_error(&self, interval_ms: u64, reason: String) -> TraceError {
-        TraceError::Interval {
-            path: self.source.clone(),
-            interval_ms,
-            reason,
-        }
+        TraceError::Interval { path: self.source.clone(), interval_ms, reason }
     }
 }

@@ -32,31 +32,16 @@ impl Ctx<'_> {
         }
     }
 
-    fn at_json(
-        &self,
-        line: Option<usize>,
-        json_path: String,
-        reason: impl Into<String>,
-    ) -> TraceError {
+    fn at_json(&self, line: Option<usize>, json_path: String, reason: impl Into<String>) -> TraceError {
         let location = match line {
-            Some(line) => Location::LineJson {
-                line,
-                path: json_path,
-            },
+            Some(line) => Location::LineJson { line, path: json_path },
             None => Location::Json(json_path),
         };
-        TraceError::Malformed {
-            path: self.path.to_path_buf(),
-            location,
-            reason: reason.into(),
-        }
+        TraceError::Malformed { path: self.path.to_path_buf(), location, reason: reason.into() }
     }
 
     fn empty(&self, reason: impl Into<String>) -> TraceError {
-        TraceError::Empty {
-            path: self.path.to_path_buf(),
-            reason: reason.into(),
-        }
+        TraceError::Empty { path: self.path.to_path_buf(), reason: reason.into() }
     }
 
     /// A serde_json syntax error inside a document that starts on `first_line`.
@@ -81,21 +66,14 @@ pub(crate) fn data_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
 }
 
 /// Parses raw bytes (the content of `source`) as `format`, or detects it.
-pub(crate) fn parse_bytes(
-    source: &Path,
-    data: &[u8],
-    format: Option<Format>,
-) -> Result<Trace, TraceError> {
+pub(crate) fn parse_bytes(source: &Path, data: &[u8], format: Option<Format>) -> Result<Trace, TraceError> {
     let ctx = Ctx { path: source };
     let text = match std::str::from_utf8(data) {
         Ok(t) => t,
         Err(e) => {
             let good = data.get(..e.valid_up_to()).unwrap_or_default();
             let line = 1 + good.iter().filter(|&&b| b == b'\n').count();
-            return Err(ctx.at_line(
-                line,
-                format!("not valid UTF-8 (byte offset {})", e.valid_up_to()),
-            ));
+            return Err(ctx.at_line(line, format!("not valid UTF-8 (byte offset {})", e.valid_up_to())));
         }
     };
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -129,12 +107,7 @@ struct Builder {
 
 impl Builder {
     fn new() -> Self {
-        Builder {
-            events: Vec::new(),
-            alive: HashSet::new(),
-            stack: Vec::new(),
-            next_id: 1,
-        }
+        Builder { events: Vec::new(), alive: HashSet::new(), stack: Vec::new(), next_id: 1 }
     }
 
     fn last_t(&self) -> Option<u64> {
@@ -150,9 +123,7 @@ impl Builder {
             ));
         }
         if self.events.len() >= MAX_EVENTS {
-            return Err(format!(
-                "more than {MAX_EVENTS} events; the trace is too large"
-            ));
+            return Err(format!("more than {MAX_EVENTS} events; the trace is too large"));
         }
         self.events.push(Event { t_ms, kind, node });
         Ok(())
@@ -239,14 +210,10 @@ fn check_node_name(node: &str) -> Result<(), String> {
         return Err("empty node id".into());
     }
     if node.trim() != node {
-        return Err(format!(
-            "node id '{node}' has leading or trailing whitespace"
-        ));
+        return Err(format!("node id '{node}' has leading or trailing whitespace"));
     }
     if node.contains(',') || node.chars().any(char::is_control) || node.starts_with('#') {
-        return Err(format!(
-            "node id {node:?} contains a comma or control character or starts with '#'"
-        ));
+        return Err(format!("node id {node:?} contains a comma or control character or starts with '#'"));
     }
     Ok(())
 }
@@ -260,18 +227,12 @@ fn parse_ms(field: &str, what: &str) -> Result<u64, String> {
         && !rest.is_empty()
         && rest.bytes().all(|b| b.is_ascii_digit())
     {
-        return Err(format!(
-            "{what} '{field}' is negative; expected non-negative milliseconds"
-        ));
+        return Err(format!("{what} '{field}' is negative; expected non-negative milliseconds"));
     }
     if !field.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "{what} '{field}' is not a non-negative integer (milliseconds)"
-        ));
+        return Err(format!("{what} '{field}' is not a non-negative integer (milliseconds)"));
     }
-    field
-        .parse::<u64>()
-        .map_err(|_| format!("{what} '{field}' is too large"))
+    field.parse::<u64>().map_err(|_| format!("{what} '{field}' is too large"))
 }
 
 /// An instance count: a non-negative integer up to [`MAX_COUNT`].
@@ -283,25 +244,17 @@ fn parse_count(field: &str) -> Result<u64, String> {
         return Err(format!("negative instance count '{field}'"));
     }
     if field.is_empty() || !field.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "instance count '{field}' is not a non-negative integer"
-        ));
+        return Err(format!("instance count '{field}' is not a non-negative integer"));
     }
     match field.parse::<u64>() {
         Ok(n) if n <= MAX_COUNT => Ok(n),
-        _ => Err(format!(
-            "instance count '{field}' exceeds the supported maximum of {MAX_COUNT}"
-        )),
+        _ => Err(format!("instance count '{field}' exceeds the supported maximum of {MAX_COUNT}")),
     }
 }
 
 fn is_header(fields: &[&str], names: &[&[&str]]) -> bool {
     names.iter().any(|want| {
-        want.len() == fields.len()
-            && want
-                .iter()
-                .zip(fields)
-                .all(|(w, f)| w.eq_ignore_ascii_case(f))
+        want.len() == fields.len() && want.iter().zip(fields).all(|(w, f)| w.eq_ignore_ascii_case(f))
     })
 }
 
@@ -320,19 +273,14 @@ fn events_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
         let [t, op, node] = fields.as_slice() else {
             return Err(ctx.at_line(
                 line_no,
-                format!(
-                    "expected 3 comma-separated fields (t_ms,op,node), found {}",
-                    fields.len()
-                ),
+                format!("expected 3 comma-separated fields (t_ms,op,node), found {}", fields.len()),
             ));
         };
         let t = parse_ms(t, "timestamp").map_err(|r| ctx.at_line(line_no, r))?;
         let result = match *op {
             "add" => b.add(t, node),
             "remove" => b.remove(t, node),
-            other => Err(format!(
-                "unknown operation '{other}' (expected add or remove)"
-            )),
+            other => Err(format!("unknown operation '{other}' (expected add or remove)")),
         };
         result.map_err(|r| ctx.at_line(line_no, r))?;
     }
@@ -355,10 +303,7 @@ fn counts_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
         let [t, count] = fields.as_slice() else {
             return Err(ctx.at_line(
                 line_no,
-                format!(
-                    "expected 2 comma-separated fields (t_ms,count_after_event), found {}",
-                    fields.len()
-                ),
+                format!("expected 2 comma-separated fields (t_ms,count_after_event), found {}", fields.len()),
             ));
         };
         let t = parse_ms(t, "timestamp").map_err(|r| ctx.at_line(line_no, r))?;
@@ -392,10 +337,7 @@ fn json_u64(v: &Value, what: &str) -> Result<u64, String> {
                 Err(format!("{what} must be a non-negative integer (got {n})"))
             }
         }
-        other => Err(format!(
-            "{what} must be a non-negative integer, not {}",
-            json_kind(other)
-        )),
+        other => Err(format!("{what} must be a non-negative integer, not {}", json_kind(other))),
     }
 }
 
@@ -418,23 +360,14 @@ fn json_kind(v: &Value) -> &'static str {
 /// A `[D, P]` pair. Errors carry a JSON path suffix relative to `v`.
 fn json_strategy(v: &Value) -> Result<Strategy, (String, String)> {
     let Value::Array(items) = v else {
-        return Err((
-            String::new(),
-            format!("expected a [D, P] pair, not {}", json_kind(v)),
-        ));
+        return Err((String::new(), format!("expected a [D, P] pair, not {}", json_kind(v))));
     };
     let [d, p] = items.as_slice() else {
-        return Err((
-            String::new(),
-            format!("expected a [D, P] pair, found {} element(s)", items.len()),
-        ));
+        return Err((String::new(), format!("expected a [D, P] pair, found {} element(s)", items.len())));
     };
     let data_parallel = json_u32(d, "D").map_err(|r| ("[0]".to_string(), r))?;
     let pipeline_stages = json_u32(p, "P").map_err(|r| ("[1]".to_string(), r))?;
-    Ok(Strategy {
-        data_parallel,
-        pipeline_stages,
-    })
+    Ok(Strategy { data_parallel, pipeline_stages })
 }
 
 /// Fetches `key` (first of `keys` present) from an object and converts it.
@@ -447,10 +380,7 @@ fn field<'v>(
             return Ok((k, v));
         }
     }
-    Err(format!(
-        "missing field \"{}\"",
-        keys.first().copied().unwrap_or_default()
-    ))
+    Err(format!("missing field \"{}\"", keys.first().copied().unwrap_or_default()))
 }
 
 /// Format 3: JSON lines `[t_ms, op, {nodes, duration, *_strategy}]`.
@@ -465,51 +395,31 @@ fn segments_jsonl(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
         let v: Value = serde_json::from_str(line).map_err(|e| ctx.json_syntax(line_no, &e))?;
         let at = |p: &str, r: String| ctx.at_json(Some(line_no), p.to_string(), r);
         let Value::Array(row) = &v else {
-            return Err(ctx.at_line(
-                line_no,
-                format!("expected a [t_ms, op, {{...}}] row, not {}", json_kind(&v)),
-            ));
+            return Err(
+                ctx.at_line(line_no, format!("expected a [t_ms, op, {{...}}] row, not {}", json_kind(&v)))
+            );
         };
         let [t, op, body] = row.as_slice() else {
             return Err(ctx.at_line(
                 line_no,
-                format!(
-                    "expected a [t_ms, op, {{...}}] row of 3 elements, found {}",
-                    row.len()
-                ),
+                format!("expected a [t_ms, op, {{...}}] row of 3 elements, found {}", row.len()),
             ));
         };
         let t = json_u64(t, "t_ms").map_err(|r| at("[0]", r))?;
         let Value::String(op) = op else {
-            return Err(at(
-                "[1]",
-                format!("operation must be a string, not {}", json_kind(op)),
-            ));
+            return Err(at("[1]", format!("operation must be a string, not {}", json_kind(op))));
         };
         let Value::Object(body) = body else {
-            return Err(at(
-                "[2]",
-                format!("expected an object, not {}", json_kind(body)),
-            ));
+            return Err(at("[2]", format!("expected an object, not {}", json_kind(body))));
         };
         let (_, nodes) = field(body, &["nodes"]).map_err(|r| at("[2]", r))?;
         let Value::Array(nodes) = nodes else {
-            return Err(at(
-                "[2].nodes",
-                format!("expected an array of node ids, not {}", json_kind(nodes)),
-            ));
+            return Err(at("[2].nodes", format!("expected an array of node ids, not {}", json_kind(nodes))));
         };
         let (_, duration) = field(body, &["duration"]).map_err(|r| at("[2]", r))?;
         let duration = json_u64(duration, "duration").map_err(|r| at("[2].duration", r))?;
-        let mut strategies = [Strategy {
-            data_parallel: 0,
-            pipeline_stages: 0,
-        }; 3];
-        let keys = [
-            "throughput_opt_strategy",
-            "liveput_truth_strategy",
-            "liveput_predict_strategy",
-        ];
+        let mut strategies = [Strategy { data_parallel: 0, pipeline_stages: 0 }; 3];
+        let keys = ["throughput_opt_strategy", "liveput_truth_strategy", "liveput_predict_strategy"];
         for (slot, key) in strategies.iter_mut().zip(keys) {
             let (_, v) = field(body, &[key]).map_err(|r| at("[2]", r))?;
             *slot = json_strategy(v).map_err(|(p, r)| at(&format!("[2].{key}{p}"), r))?;
@@ -527,10 +437,7 @@ fn segments_jsonl(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
         let migration = match op.as_str() {
             "add" | "remove" => {
                 if nodes.is_empty() {
-                    return Err(at(
-                        "[2].nodes",
-                        format!("an '{op}' row must list at least one node"),
-                    ));
+                    return Err(at("[2].nodes", format!("an '{op}' row must list at least one node")));
                 }
                 for (i, n) in nodes.iter().enumerate() {
                     let Value::String(n) = n else {
@@ -539,11 +446,7 @@ fn segments_jsonl(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
                             format!("node id must be a string, not {}", json_kind(n)),
                         ));
                     };
-                    let r = if op == "add" {
-                        b.add(t, n)
-                    } else {
-                        b.remove(t, n)
-                    };
+                    let r = if op == "add" { b.add(t, n) } else { b.remove(t, n) };
                     r.map_err(|r| at(&format!("[2].nodes[{i}]"), r))?;
                 }
                 false
@@ -557,15 +460,12 @@ fn segments_jsonl(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
             other => {
                 return Err(at(
                     "[1]",
-                    format!(
-                        "unknown operation '{other}' (expected add, remove, no-op or migration)"
-                    ),
+                    format!("unknown operation '{other}' (expected add, remove, no-op or migration)"),
                 ));
             }
         };
-        let end = t
-            .checked_add(duration)
-            .ok_or_else(|| at("[2].duration", "t_ms + duration overflows".into()))?;
+        let end =
+            t.checked_add(duration).ok_or_else(|| at("[2].duration", "t_ms + duration overflows".into()))?;
         prev_end = Some(end);
         let [throughput_opt, liveput_truth, liveput_predict] = strategies;
         reference.push(ReferenceDecision {
@@ -607,10 +507,7 @@ fn decisions_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     for (k, entry) in entries.iter().enumerate() {
         let at = |p: &str, r: String| ctx.at_json(None, format!("[{k}]{p}"), r);
         let Value::Object(obj) = entry else {
-            return Err(at(
-                "",
-                format!("expected a decision object, not {}", json_kind(entry)),
-            ));
+            return Err(at("", format!("expected a decision object, not {}", json_kind(entry))));
         };
         let (_, interval) = field(obj, &["interval"]).map_err(|r| at("", r))?;
         let triple = match interval {
@@ -629,10 +526,7 @@ fn decisions_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
                 out
             }
             _ => {
-                return Err(at(
-                    ".interval",
-                    "expected [prev_N, in, out] (3 non-negative integers)".into(),
-                ));
+                return Err(at(".interval", "expected [prev_N, in, out] (3 non-negative integers)".into()));
             }
         };
         let [prev, arrivals, preemptions] = triple;
@@ -645,21 +539,13 @@ fn decisions_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
                 ),
             ));
         }
-        b.remove_anonymous(t, preemptions)
-            .map_err(|r| at(".interval[2]", r))?;
-        b.add_anonymous(t, arrivals)
-            .map_err(|r| at(".interval[1]", r))?;
+        b.remove_anonymous(t, preemptions).map_err(|r| at(".interval[2]", r))?;
+        b.add_anonymous(t, arrivals).map_err(|r| at(".interval[1]", r))?;
         let (_, duration) = field(obj, &["duration"]).map_err(|r| at("", r))?;
         let duration = json_u64(duration, "duration").map_err(|r| at(".duration", r))?;
-        let mut strategies = [Strategy {
-            data_parallel: 0,
-            pipeline_stages: 0,
-        }; 3];
-        let keys: [&[&'static str]; 3] = [
-            &["throughut-opt", "throughput-opt"],
-            &["liveput-truth"],
-            &["liveput-predict"],
-        ];
+        let mut strategies = [Strategy { data_parallel: 0, pipeline_stages: 0 }; 3];
+        let keys: [&[&'static str]; 3] =
+            [&["throughut-opt", "throughput-opt"], &["liveput-truth"], &["liveput-predict"]];
         for (slot, key) in strategies.iter_mut().zip(keys) {
             let (name, v) = field(obj, key).map_err(|r| at("", r))?;
             *slot = json_strategy(v).map_err(|(p, r)| at(&format!(".\"{name}\"{p}"), r))?;
@@ -673,9 +559,7 @@ fn decisions_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
             liveput_predict,
             migration: false,
         });
-        t = t
-            .checked_add(duration)
-            .ok_or_else(|| at(".duration", "cumulative duration overflows".into()))?;
+        t = t.checked_add(duration).ok_or_else(|| at(".duration", "cumulative duration overflows".into()))?;
     }
     Ok(b.finish(ctx, Format::DecisionsJson, t, true, Some(reference)))
 }
@@ -688,47 +572,30 @@ fn ticks_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let v: Value = serde_json::from_str(text).map_err(|e| ctx.json_syntax(1, &e))?;
     let at = |p: &str, r: String| ctx.at_json(None, p.to_string(), r);
     let Value::Object(obj) = &v else {
-        return Err(at(
-            "$",
-            format!(
-                "expected an object with metadata and data, not {}",
-                json_kind(&v)
-            ),
-        ));
+        return Err(at("$", format!("expected an object with metadata and data, not {}", json_kind(&v))));
     };
     let (_, meta) = field(obj, &["metadata"]).map_err(|r| at("$", r))?;
     let Value::Object(meta) = meta else {
-        return Err(at(
-            "metadata",
-            format!("expected an object, not {}", json_kind(meta)),
-        ));
+        return Err(at("metadata", format!("expected an object, not {}", json_kind(meta))));
     };
     let (_, gap) = field(meta, &["gap_seconds"]).map_err(|r| at("metadata", r))?;
     let gap_s = match gap {
         Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
         other => {
-            return Err(at(
-                "metadata.gap_seconds",
-                format!("expected a number, not {}", json_kind(other)),
-            ));
+            return Err(at("metadata.gap_seconds", format!("expected a number, not {}", json_kind(other))));
         }
     };
     let gap_ms = (gap_s * 1000.0).round();
     if !(1.0..=1e12).contains(&gap_ms) {
         return Err(at(
             "metadata.gap_seconds",
-            format!(
-                "gap_seconds {gap_s} must be a positive number of seconds (at least 0.001, at most 1e9)"
-            ),
+            format!("gap_seconds {gap_s} must be a positive number of seconds (at least 0.001, at most 1e9)"),
         ));
     }
     let gap_ms = gap_ms as u64;
     let (_, data) = field(obj, &["data"]).map_err(|r| at("$", r))?;
     let Value::Array(data) = data else {
-        return Err(at(
-            "data",
-            format!("expected an array of counts, not {}", json_kind(data)),
-        ));
+        return Err(at("data", format!("expected an array of counts, not {}", json_kind(data))));
     };
     if data.is_empty() {
         return Err(ctx.empty("the data array is empty"));
@@ -743,14 +610,11 @@ fn ticks_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
                 format!("instance count {count} exceeds the supported maximum of {MAX_COUNT}"),
             ));
         }
-        let t = (i as u64)
-            .checked_mul(gap_ms)
-            .ok_or_else(|| at(&p, "tick time overflows".into()))?;
+        let t = (i as u64).checked_mul(gap_ms).ok_or_else(|| at(&p, "tick time overflows".into()))?;
         b.set_count(t, count).map_err(|r| at(&p, r))?;
     }
-    let end = (data.len() as u64)
-        .checked_mul(gap_ms)
-        .ok_or_else(|| at("data", "trace length overflows".into()))?;
+    let end =
+        (data.len() as u64).checked_mul(gap_ms).ok_or_else(|| at("data", "trace length overflows".into()))?;
     Ok(b.finish(ctx, Format::TicksJson, end, true, None))
 }
 
@@ -783,9 +647,7 @@ fn timestamped_counts(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut end = 0;
     for (secs, count, line_no) in rows {
         // Years are 4 digits, so the span fits comfortably in u64 milliseconds.
-        let t = u64::try_from(secs - first)
-            .unwrap_or(0)
-            .saturating_mul(1000);
+        let t = u64::try_from(secs - first).unwrap_or(0).saturating_mul(1000);
         b.set_count(t, count).map_err(|r| ctx.at_line(line_no, r))?;
         end = t;
     }
@@ -804,11 +666,8 @@ mod tests {
     fn counts_synthesize_lifo_ids() {
         let t = parse("0,2\n10,3\n20,1\n", None).unwrap();
         assert!(t.node_ids_inferred());
-        let ev: Vec<(u64, &str, &str)> = t
-            .events()
-            .iter()
-            .map(|e| (e.t_ms, e.kind.as_str(), e.node.as_str()))
-            .collect();
+        let ev: Vec<(u64, &str, &str)> =
+            t.events().iter().map(|e| (e.t_ms, e.kind.as_str(), e.node.as_str())).collect();
         assert_eq!(
             ev,
             vec![
@@ -851,22 +710,12 @@ mod tests {
         let s = t.series(60_000).unwrap();
         assert_eq!(s.instances_before(1), 3);
         assert_eq!(
-            (
-                s.intervals[1].arrivals,
-                s.intervals[1].preemptions,
-                s.intervals[1].instances
-            ),
+            (s.intervals[1].arrivals, s.intervals[1].preemptions, s.intervals[1].instances),
             (1, 2, 2)
         );
         let r = t.reference().unwrap();
         assert_eq!(r[1].start_ms, 60_000);
-        assert_eq!(
-            r[1].liveput_predict,
-            Strategy {
-                data_parallel: 2,
-                pipeline_stages: 1
-            }
-        );
+        assert_eq!(r[1].liveput_predict, Strategy { data_parallel: 2, pipeline_stages: 1 });
         // LIFO with removals first: n2 and n3 leave, n4 arrives.
         let lifetimes = t.lifetimes();
         assert_eq!(lifetimes.iter().filter(|l| l.censored).count(), 2);
@@ -893,29 +742,8 @@ mod tests {
         let t = parse("0,add,a\n59999,add,b\n60000,remove,a\n120000,add,c\n", None).unwrap();
         let s = t.series(60_000).unwrap();
         assert_eq!(s.len(), 3);
-        assert_eq!(
-            s.intervals[0],
-            crate::IntervalStats {
-                instances: 2,
-                arrivals: 2,
-                preemptions: 0
-            }
-        );
-        assert_eq!(
-            s.intervals[1],
-            crate::IntervalStats {
-                instances: 1,
-                arrivals: 0,
-                preemptions: 1
-            }
-        );
-        assert_eq!(
-            s.intervals[2],
-            crate::IntervalStats {
-                instances: 2,
-                arrivals: 1,
-                preemptions: 0
-            }
-        );
+        assert_eq!(s.intervals[0], crate::IntervalStats { instances: 2, arrivals: 2, preemptions: 0 });
+        assert_eq!(s.intervals[1], crate::IntervalStats { instances: 1, arrivals: 0, preemptions: 1 });
+        assert_eq!(s.intervals[2], crate::IntervalStats { instances: 2, arrivals: 1, preemptions: 0 });
     }
 }

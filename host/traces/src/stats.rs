@@ -130,11 +130,7 @@ impl Trace {
             prev_t = t;
         }
         area += alive as f64 * self.end_ms.saturating_sub(prev_t) as f64;
-        let mean = if self.end_ms > 0 {
-            area / self.end_ms as f64
-        } else {
-            alive as f64
-        };
+        let mean = if self.end_ms > 0 { area / self.end_ms as f64 } else { alive as f64 };
         let to_u32 = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
 
         let hours = self.end_ms as f64 / HOUR_MS as f64;
@@ -188,11 +184,7 @@ impl Trace {
                 .iter()
                 .filter(|s| s.preemptions > 0 && s.arrivals > 0)
                 .count() as u64,
-            lifetimes: LifetimeStats {
-                ended: ended.len(),
-                censored,
-                distribution,
-            },
+            lifetimes: LifetimeStats { ended: ended.len(), censored, distribution },
             preemptions_by_hour: self.preemptions_by_hour_of_trace(),
             node_ids_inferred: self.node_ids_inferred,
         })
@@ -210,33 +202,17 @@ impl fmt::Display for TraceStats {
             ("trace", format!("{} ({})", self.source, self.format)),
             (
                 "duration",
-                format!(
-                    "{:.2} h ({} ms, {} events)",
-                    self.duration_hours, self.duration_ms, self.events
-                ),
+                format!("{:.2} h ({} ms, {} events)", self.duration_hours, self.duration_ms, self.events),
             ),
-            (
-                "intervals",
-                format!(
-                    "{} x {} s",
-                    self.intervals,
-                    self.interval_ms as f64 / 1000.0
-                ),
-            ),
+            ("intervals", format!("{} x {} s", self.intervals, self.interval_ms as f64 / 1000.0)),
             (
                 "instances",
                 format!(
                     "min {}  mean {:.2} (time-weighted)  max {}  final {}",
-                    self.min_instances,
-                    self.mean_instances,
-                    self.max_instances,
-                    self.final_instances
+                    self.min_instances, self.mean_instances, self.max_instances, self.final_instances
                 ),
             ),
-            (
-                "arrivals",
-                format!("{} total, {}", self.arrivals, rate(self.arrivals_per_hour)),
-            ),
+            ("arrivals", format!("{} total, {}", self.arrivals, rate(self.arrivals_per_hour))),
             (
                 "preemptions",
                 format!(
@@ -280,7 +256,8 @@ impl fmt::Display for TraceStats {
             (
                 "node ids",
                 if self.node_ids_inferred {
-                    "inferred (LIFO: removals take the newest instance); lifetimes are an assumption".to_string()
+                    "inferred (LIFO: removals take the newest instance); lifetimes are an assumption"
+                        .to_string()
                 } else {
                     "from the file".to_string()
                 },
@@ -290,12 +267,7 @@ impl fmt::Display for TraceStats {
         let hourly: Vec<String> = self
             .preemptions_by_hour
             .chunks(24)
-            .map(|day| {
-                day.iter()
-                    .map(|n| format!("{n:>2}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
+            .map(|day| day.iter().map(|n| format!("{n:>2}")).collect::<Vec<_>>().join(" "))
             .collect();
         if hourly.is_empty() {
             rows.push(("preemptions/hour", "none".to_string()));

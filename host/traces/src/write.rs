@@ -21,14 +21,7 @@ pub fn write_events_csv(trace: &Trace, mut out: impl Write) -> io::Result<()> {
 pub fn write_series_csv(series: &IntervalSeries, mut out: impl Write) -> io::Result<()> {
     writeln!(out, "interval,start_ms,instances,arrivals,preemptions")?;
     for (k, s) in series.intervals.iter().enumerate() {
-        writeln!(
-            out,
-            "{k},{},{},{},{}",
-            series.start_ms(k),
-            s.instances,
-            s.arrivals,
-            s.preemptions
-        )?;
+        writeln!(out, "{k},{},{},{},{}", series.start_ms(k), s.instances, s.arrivals, s.preemptions)?;
     }
     out.flush()
 }

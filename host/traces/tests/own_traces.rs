@@ -21,11 +21,7 @@ fn every_own_trace_loads_as_canonical_events() {
             assert_eq!(t.format(), Format::EventsCsv, "{}", path.display());
             assert!(!t.node_ids_inferred());
             let text = std::fs::read_to_string(&path).expect("readable");
-            assert!(
-                text.starts_with("t_ms,op,node\n"),
-                "{}: canonical header",
-                path.display()
-            );
+            assert!(text.starts_with("t_ms,op,node\n"), "{}: canonical header", path.display());
             n += 1;
         }
     }
@@ -52,16 +48,8 @@ fn demo_8node_exercises_a_scheduler() {
     let on_grid = t.events().iter().filter(|e| e.t_ms % MINUTE == 0).count();
     assert!(on_grid * 10 >= t.events().len() * 9 && on_grid < t.events().len());
     // Re-allocations: instances arrive after preemptions.
-    let first_remove = t
-        .events()
-        .iter()
-        .position(|e| e.kind == EventKind::Remove)
-        .unwrap();
-    assert!(
-        t.events()[first_remove..]
-            .iter()
-            .any(|e| e.kind == EventKind::Add)
-    );
+    let first_remove = t.events().iter().position(|e| e.kind == EventKind::Remove).unwrap();
+    assert!(t.events()[first_remove..].iter().any(|e| e.kind == EventKind::Add));
 }
 
 #[test]
@@ -94,10 +82,8 @@ fn readme_examples_parse() {
             .collect();
         assert!(!example.is_empty(), "{name}: no example");
         let source = Path::new("README.md");
-        let t = parse(source, example.as_bytes(), Some(format))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let detected =
-            parse(source, example.as_bytes(), None).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let t = parse(source, example.as_bytes(), Some(format)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let detected = parse(source, example.as_bytes(), None).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(detected.format(), format);
         assert!(!t.events().is_empty(), "{name}");
         seen.push(format);

@@ -4,9 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use parcae_traces::{
-    Format, IntervalSeries, Trace, load, parse, write_events_csv, write_series_csv,
-};
+use parcae_traces::{Format, IntervalSeries, Trace, load, parse, write_events_csv, write_series_csv};
 
 const MINUTE: u64 = 60_000;
 
@@ -54,11 +52,7 @@ fn triple(s: &IntervalSeries, k: usize) -> (u32, u32, u32) {
 fn every_public_file_loads_with_the_expected_format() {
     let mut files = Vec::new();
     walk(&shared_traces(), &mut files);
-    assert!(
-        files.len() >= 30,
-        "expected at least 30 public trace files, found {}",
-        files.len()
-    );
+    assert!(files.len() >= 30, "expected at least 30 public trace files, found {}", files.len());
     for f in &files {
         let t = must_load(f);
         let s = f.to_string_lossy();
@@ -95,18 +89,12 @@ fn p3_stats_are_sane() {
     assert_eq!(s.events, 344);
     assert_eq!((s.arrivals, s.preemptions), (177, 167));
     assert_eq!(s.duration_ms, 40_920_000);
-    assert!(
-        (s.duration_hours - 11.4).abs() < 0.05,
-        "{}",
-        s.duration_hours
-    );
+    assert!((s.duration_hours - 11.4).abs() < 0.05, "{}", s.duration_hours);
     assert_eq!(s.intervals, 683);
     assert_eq!(s.final_instances, 10);
     assert_eq!((s.lifetimes.ended, s.lifetimes.censored), (167, 10));
     assert!(!s.node_ids_inferred);
-    assert!(
-        s.min_instances <= s.final_instances && s.mean_instances > 10.0 && s.mean_instances < 32.0
-    );
+    assert!(s.min_instances <= s.final_instances && s.mean_instances > 10.0 && s.mean_instances < 32.0);
     assert_eq!(s.preemptions_by_hour.iter().sum::<u32>(), 167);
     assert_eq!(s.preemptions_by_hour.len(), 12);
     let d = s.lifetimes.distribution.as_ref().unwrap();
@@ -119,15 +107,9 @@ fn p3_stats_are_sane() {
 
 #[test]
 fn g4dn_and_skypilot_stats_are_sane() {
-    let g = must_load(&shared_traces().join("aws-g4dn/g4dn-events.csv"))
-        .stats(MINUTE)
-        .unwrap();
+    let g = must_load(&shared_traces().join("aws-g4dn/g4dn-events.csv")).stats(MINUTE).unwrap();
     assert_eq!((g.max_instances, g.events), (24, 153));
-    assert!(
-        (g.duration_hours - 10.8).abs() < 0.05,
-        "{}",
-        g.duration_hours
-    );
+    assert!((g.duration_hours - 10.8).abs() < 0.05, "{}", g.duration_hours);
     // The g4dn trace starts empty: the first instance arrives at minute 8.
     assert_eq!(g.min_instances, 0);
 
@@ -135,10 +117,7 @@ fn g4dn_and_skypilot_stats_are_sane() {
     assert!(t.node_ids_inferred());
     assert_eq!(t.end_ms(), 3247 * 300_000);
     let s = t.stats(300_000).unwrap();
-    assert_eq!(
-        (s.max_instances, s.min_instances, s.intervals),
-        (16, 0, 3247)
-    );
+    assert_eq!((s.max_instances, s.min_instances, s.intervals), (16, 0, 3247));
 }
 
 #[test]
@@ -242,12 +221,7 @@ fn reference_decision_arrays_match_p3_events_at_60s() {
 #[test]
 fn segments_are_slices_of_the_p3_trace_and_decisions() {
     let events = must_load(&p3("p3-events.csv")).series(MINUTE).unwrap();
-    let starts = [
-        ("hh_55_65", 330),
-        ("hl_15_25", 90),
-        ("lh_80_90", 480),
-        ("ll_10_11", 600),
-    ];
+    let starts = [("hh_55_65", 330), ("hl_15_25", 90), ("lh_80_90", 480), ("ll_10_11", 600)];
     let models = [
         ("bert", "bert_p3_gbs1024_mbs8.json", false),
         ("gpt-1.5b", "gpt-1.5b_p3_gbs128_mbs1.json", false),
@@ -267,26 +241,15 @@ fn segments_are_slices_of_the_p3_trace_and_decisions() {
             let s = t.series(MINUTE).unwrap();
             assert_eq!(s.len(), 60, "{name}");
             // Against the decision array (which already includes the node144 quirk).
-            assert_eq!(
-                s.intervals[0].instances, full_series.intervals[start].instances,
-                "{name}"
-            );
+            assert_eq!(s.intervals[0].instances, full_series.intervals[start].instances, "{name}");
             for k in 1..60 {
-                assert_eq!(
-                    triple(&s, k),
-                    triple(&full_series, start + k),
-                    "{name}: minute {k}"
-                );
+                assert_eq!(triple(&s, k), triple(&full_series, start + k), "{name}: minute {k}");
             }
             // Against the events.
             let quirk = misses_node144 && start + 59 >= 508;
             if !quirk {
                 for k in 1..60 {
-                    assert_eq!(
-                        triple(&s, k),
-                        triple(&events, start + k),
-                        "{name}: minute {k}"
-                    );
+                    assert_eq!(triple(&s, k), triple(&events, start + k), "{name}: minute {k}");
                 }
             }
             let seg_ref = t.reference().unwrap();

@@ -2,8 +2,8 @@
 //! reactive throughput-optimal baseline of the Parcae paper.
 
 use crate::{
-    ConfigProfile, IntervalStats, ModelProfile, OptimizeRequest, Optimizer, Plan, PlanStep,
-    PredictRequest, Predictor,
+    ConfigProfile, IntervalStats, ModelProfile, OptimizeRequest, Optimizer, Plan, PlanStep, PredictRequest,
+    Predictor,
 };
 
 /// Predicts that the fleet stays as it was last seen. Never fails.
@@ -46,16 +46,12 @@ impl Optimizer for ThroughputOptimal {
 /// ties go to fewer instances, then the shallower pipeline, so the choice is
 /// deterministic.
 pub fn best_config_for(profile: &ModelProfile, instances: u32) -> Option<&ConfigProfile> {
-    profile
-        .configs
-        .iter()
-        .filter(|c| c.config.instances() <= u64::from(instances))
-        .max_by(|a, b| {
-            a.samples_per_second
-                .total_cmp(&b.samples_per_second)
-                .then_with(|| b.config.instances().cmp(&a.config.instances()))
-                .then_with(|| b.config.pipeline_stages.cmp(&a.config.pipeline_stages))
-        })
+    profile.configs.iter().filter(|c| c.config.instances() <= u64::from(instances)).max_by(|a, b| {
+        a.samples_per_second
+            .total_cmp(&b.samples_per_second)
+            .then_with(|| b.config.instances().cmp(&a.config.instances()))
+            .then_with(|| b.config.pipeline_stages.cmp(&a.config.pipeline_stages))
+    })
 }
 
 #[cfg(test)]
@@ -81,6 +77,7 @@ mod tests {
             transfer_curve: vec![],
             rendezvous_ms: 0.0,
             process_start_ms: 0.0,
+            add_extra_ms: 0.0,
             checkpoint_restart_ms: 0.0,
             checkpoint_interval_ms: 0.0,
         }

@@ -2,6 +2,7 @@
 
 /// One control interval of fleet availability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct IntervalStats {
     pub instances: u32,
     pub arrivals: u32,
@@ -10,6 +11,7 @@ pub struct IntervalStats {
 
 /// A parallel layout: `data_parallel` replicas of a `pipeline_stages`-deep pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ParallelConfig {
     pub data_parallel: u32,
     pub pipeline_stages: u32,
@@ -34,6 +36,7 @@ impl std::fmt::Display for ParallelConfig {
 
 /// Throughput and reconfiguration costs of one layout (durations in ms).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConfigProfile {
     pub config: ParallelConfig,
     pub samples_per_second: f64,
@@ -45,6 +48,7 @@ pub struct ConfigProfile {
 
 /// How training state is spread over the stages of a pipeline of one depth.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StagePartition {
     pub pipeline_stages: u32,
     pub layers_per_stage: Vec<u32>,
@@ -53,6 +57,7 @@ pub struct StagePartition {
 
 /// One measured point of the point-to-point transfer curve.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TransferPoint {
     pub bytes: u64,
     pub micros: f64,
@@ -60,6 +65,7 @@ pub struct TransferPoint {
 
 /// The model and cluster cost profile handed to optimizers.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ModelProfile {
     pub model: String,
     pub global_batch_size: u32,
@@ -69,6 +75,7 @@ pub struct ModelProfile {
     pub transfer_curve: Vec<TransferPoint>,
     pub rendezvous_ms: f64,
     pub process_start_ms: f64,
+    pub add_extra_ms: f64,
     pub checkpoint_restart_ms: f64,
     pub checkpoint_interval_ms: f64,
 }
@@ -87,6 +94,7 @@ impl ModelProfile {
 
 /// One step of a plan.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PlanStep {
     /// `None` pauses training for the interval.
     pub config: Option<ParallelConfig>,
@@ -95,6 +103,7 @@ pub struct PlanStep {
 
 /// One step per forecast interval; the host applies the first.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Plan {
     pub steps: Vec<PlanStep>,
 }
@@ -108,6 +117,7 @@ impl Plan {
 
 /// Input of one forecast.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PredictRequest {
     pub history: Vec<IntervalStats>,
     pub horizon: u32,
@@ -118,6 +128,7 @@ pub struct PredictRequest {
 
 /// Input of one planning step.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct OptimizeRequest {
     pub forecast: Vec<IntervalStats>,
     pub instances_now: u32,
@@ -129,10 +140,6 @@ pub struct OptimizeRequest {
 impl OptimizeRequest {
     /// Instances available in plan step `step`: now for the first, forecast after.
     pub fn instances_at(&self, step: usize) -> u32 {
-        if step == 0 {
-            self.instances_now
-        } else {
-            self.forecast.get(step).map_or(0, |s| s.instances)
-        }
+        if step == 0 { self.instances_now } else { self.forecast.get(step).map_or(0, |s| s.instances) }
     }
 }

@@ -28,26 +28,22 @@ impl std::fmt::Display for Invalid {
             Invalid::WrongLength { expected, got } => {
                 write!(f, "returned {got} steps, expected {expected}")
             }
-            Invalid::AboveFleetMax { step, instances, fleet_max } => write!(
-                f,
-                "step {step}: forecasts {instances} instances, above the fleet maximum {fleet_max}"
-            ),
+            Invalid::AboveFleetMax { step, instances, fleet_max } => {
+                write!(f, "step {step}: forecasts {instances} instances, above the fleet maximum {fleet_max}")
+            }
             Invalid::Inconsistent { step, previous, arrivals, preemptions, instances } => write!(
                 f,
                 "step {step}: {previous} + {arrivals} arrivals - {preemptions} preemptions != {instances} instances"
             ),
-            Invalid::UnknownConfig { step, data_parallel, pipeline_stages } => write!(
-                f,
-                "step {step}: layout {data_parallel}x{pipeline_stages} is not in the profile"
-            ),
-            Invalid::TooManyInstances { step, needed, available } => write!(
-                f,
-                "step {step}: layout needs {needed} instances, only {available} available"
-            ),
-            Invalid::ImplausibleSamples { step, expected, ceiling } => write!(
-                f,
-                "step {step}: expected samples {expected} outside [0, {ceiling}]"
-            ),
+            Invalid::UnknownConfig { step, data_parallel, pipeline_stages } => {
+                write!(f, "step {step}: layout {data_parallel}x{pipeline_stages} is not in the profile")
+            }
+            Invalid::TooManyInstances { step, needed, available } => {
+                write!(f, "step {step}: layout needs {needed} instances, only {available} available")
+            }
+            Invalid::ImplausibleSamples { step, expected, ceiling } => {
+                write!(f, "step {step}: expected samples {expected} outside [0, {ceiling}]")
+            }
             Invalid::PausedWithSamples { step, expected } => {
                 write!(f, "step {step}: pauses training but expects {expected} samples")
             }
@@ -118,11 +114,7 @@ pub fn check_plan(request: &OptimizeRequest, plan: &Plan) -> Result<(), Invalid>
                 }
                 let available = request.instances_at(step);
                 if config.instances() > u64::from(available) {
-                    return Err(Invalid::TooManyInstances {
-                        step,
-                        needed: config.instances(),
-                        available,
-                    });
+                    return Err(Invalid::TooManyInstances { step, needed: config.instances(), available });
                 }
             }
         }
@@ -156,6 +148,7 @@ mod tests {
             transfer_curve: vec![],
             rendezvous_ms: 0.0,
             process_start_ms: 0.0,
+            add_extra_ms: 0.0,
             checkpoint_restart_ms: 0.0,
             checkpoint_interval_ms: 0.0,
         }
@@ -204,10 +197,8 @@ mod tests {
     fn plans_must_fit_profile_and_fleet() {
         let request = optimize_request();
         assert_eq!(check_plan(&request, &ThroughputOptimal.optimize(&request).unwrap()), Ok(()));
-        let step = |d, p, samples| PlanStep {
-            config: Some(ParallelConfig::new(d, p)),
-            expected_samples: samples,
-        };
+        let step =
+            |d, p, samples| PlanStep { config: Some(ParallelConfig::new(d, p)), expected_samples: samples };
         let pause = PlanStep { config: None, expected_samples: 0.0 };
         let plan = |steps: Vec<PlanStep>| Plan { steps };
         assert_eq!(check_plan(&request, &plan(vec![step(2, 2, 10.0), pause])), Ok(()));

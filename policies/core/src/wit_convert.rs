@@ -25,7 +25,7 @@ macro_rules! impl_wit_conversions {
         $crate::impl_wit_conversions!(@both Plan { steps });
         $crate::impl_wit_conversions!(@both ModelProfile {
             model, global_batch_size, micro_batch_size, configs, partitions, transfer_curve,
-            rendezvous_ms, process_start_ms, checkpoint_restart_ms, checkpoint_interval_ms
+            rendezvous_ms, process_start_ms, add_extra_ms, checkpoint_restart_ms, checkpoint_interval_ms
         });
         $crate::impl_wit_conversions!(@request wit_predictor::PredictRequest => PredictRequest {
             history, horizon, interval_ms, fleet_min, fleet_max

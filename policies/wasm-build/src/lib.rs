@@ -64,11 +64,12 @@ pub fn build(workspace_root: &Path, out_dir: &Path, guests: &[Guest<'_>]) -> Res
             .map_err(|e| format!("cannot run {cargo} to build guest '{}': {e}", guest.package))?;
         if !output.status.success() {
             let stderr = String::from_utf8_lossy(&output.stderr);
-            let hint = if stderr.contains("may not be installed") || stderr.contains("can't find crate for `std`") {
-                format!("\nhint: install the guest target with `rustup target add {GUEST_TARGET}`")
-            } else {
-                String::new()
-            };
+            let hint =
+                if stderr.contains("may not be installed") || stderr.contains("can't find crate for `std`") {
+                    format!("\nhint: install the guest target with `rustup target add {GUEST_TARGET}`")
+                } else {
+                    String::new()
+                };
             return Err(format!("building guest policy '{}' failed:\n{stderr}{hint}", guest.package));
         }
         let artifact = target_dir
@@ -77,9 +78,8 @@ pub fn build(workspace_root: &Path, out_dir: &Path, guests: &[Guest<'_>]) -> Res
             .join(format!("{}.wasm", guest.package.replace('-', "_")));
         std::fs::create_dir_all(out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
         let destination = out_dir.join(guest.output);
-        std::fs::copy(&artifact, &destination).map_err(|e| {
-            format!("copying {} to {}: {e}", artifact.display(), destination.display())
-        })?;
+        std::fs::copy(&artifact, &destination)
+            .map_err(|e| format!("copying {} to {}: {e}", artifact.display(), destination.display()))?;
         built.push(destination);
     }
     Ok(built)
