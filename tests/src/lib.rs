@@ -51,19 +51,7 @@ pub fn toy_profile() -> ModelProfile {
 
 /// A history of `counts` with arrivals and preemptions derived from the steps.
 pub fn history(counts: &[u32]) -> Vec<IntervalStats> {
-    let mut previous = 0;
-    counts
-        .iter()
-        .map(|&instances| {
-            let stats = IntervalStats {
-                instances,
-                arrivals: instances.saturating_sub(previous),
-                preemptions: previous.saturating_sub(instances),
-            };
-            previous = instances;
-            stats
-        })
-        .collect()
+    IntervalStats::chain_from(0, counts)
 }
 
 /// A forecast request over `counts` with horizon `horizon`.

@@ -6,6 +6,8 @@
 //! one implementation means the sandbox overhead is the only difference between
 //! the two.
 
+pub mod arima;
+pub mod liveput;
 pub mod reactive;
 pub mod types;
 pub mod validate;

@@ -9,6 +9,27 @@ pub struct IntervalStats {
     pub preemptions: u32,
 }
 
+impl IntervalStats {
+    /// Consistent interval records for a sequence of counts chained from `last`
+    /// (the count before the first): arrivals are the rises, preemptions the
+    /// falls. Turns a count forecast or a count history into records.
+    pub fn chain_from(last: u32, counts: &[u32]) -> Vec<IntervalStats> {
+        let mut previous = last;
+        counts
+            .iter()
+            .map(|&instances| {
+                let stats = IntervalStats {
+                    instances,
+                    arrivals: instances.saturating_sub(previous),
+                    preemptions: previous.saturating_sub(instances),
+                };
+                previous = instances;
+                stats
+            })
+            .collect()
+    }
+}
+
 /// A parallel layout: `data_parallel` replicas of a `pipeline_stages`-deep pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

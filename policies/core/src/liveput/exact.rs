@@ -1,0 +1,269 @@
+//! The exact distribution of a transition's cost over the preemption scenarios.
+//!
+//! With `n` of the `N` instances preempted uniformly without replacement, the
+//! numbers `k_j` preempted in each stage (of `D` replicas) and `k_s` among the
+//! `S` spares have probability `prod_j C(D, k_j) C(S, k_s) / C(N, n)` with
+//! `sum = n`. Every quantity needed is a sum of that product over a set of
+//! vectors `k` that is a product of per-stage sets, possibly weighted by a sum
+//! of per-stage terms, and split by `c = sum_j k_j` (which decides add or
+//! remove). Such a sum is a coefficient of a product of per-stage polynomials:
+//! one pass over the stages with the running `c` as state, then one pass over
+//! `c` against the spares' weights. The binomial coefficients are replaced by
+//! binomial probabilities with `pi = n / N` (a common factor that cancels), so
+//! every partial sum lies in `[0, 1]` and nothing overflows for any `N`.
+
+use super::plan::{Model, Rule};
+use super::{LiveputError, MigrationKind, Outcome, TransitionDistribution};
+
+/// Preemption weights for one old layout and one number of preemptions.
+struct Hyper {
+    /// Preempted instances `n`.
+    n: usize,
+    /// Old stages `P`.
+    stages: usize,
+    /// `w[k]`, `k = 0..=min(D, n)`: weight of `k` preemptions in one stage.
+    w: Vec<f64>,
+    /// `spare[k]`, `k = 0..=min(S, n)`: weight of `k` preemptions among spares.
+    spare: Vec<f64>,
+    /// Stage-holder preemptions `c <= split` leave enough holders for the new
+    /// layout (type remove); `None`: it always needs new members (type add).
+    split: Option<u64>,
+}
+
+impl Hyper {
+    fn new(instances: usize, d_old: usize, stages: usize, n: usize, new_slots: u64) -> Hyper {
+        let holders = d_old * stages;
+        let spares = instances - holders;
+        let top = d_old.max(spares);
+        let mut ln_fact = Vec::with_capacity(top + 1);
+        let mut acc = 0.0f64;
+        ln_fact.push(0.0);
+        for i in 1..=top {
+            acc += (i as f64).ln();
+            ln_fact.push(acc);
+        }
+        let ln_pi = (n as f64 / instances as f64).ln();
+        let ln_rest = ((instances - n) as f64 / instances as f64).ln();
+        // Binomial(m, pi) probability of k, exact at the ends pi = 0 and pi = 1.
+        let pmf = |m: usize, k: usize| -> f64 {
+            if n == 0 {
+                f64::from(u8::from(k == 0))
+            } else if n == instances {
+                f64::from(u8::from(k == m))
+            } else {
+                let ln_choose = ln_fact[m] - ln_fact[k] - ln_fact[m - k];
+                (ln_choose + k as f64 * ln_pi + (m - k) as f64 * ln_rest).exp()
+            }
+        };
+        Hyper {
+            n,
+            stages,
+            w: (0..=d_old.min(n)).map(|k| pmf(d_old, k)).collect(),
+            spare: (0..=spares.min(n)).map(|k| pmf(spares, k)).collect(),
+            split: (holders as u64).checked_sub(new_slots),
+        }
+    }
+
+    /// Weighted sums over the vectors `k` with `allowed(j, k_j)` for every stage
+    /// `j`: `[mass of type remove, mass of type add, sum of mass x sum_j
+    /// value(j, k_j)]` (unnormalised).
+    ///
+    /// The running count `c` after stage `j` is kept within `[lo, hi]`: at most
+    /// `n`, and at least what the remaining stages and the spares cannot make
+    /// up any more (`n - S - remaining x min(D, n)`).
+    fn run(
+        &self,
+        allowed: impl Fn(usize, usize) -> bool,
+        value: Option<&dyn Fn(usize, usize) -> f64>,
+    ) -> [f64; 3] {
+        let n = self.n;
+        let kmax = self.w.len() - 1;
+        let spare_max = self.spare.len() - 1;
+        let mut cur = vec![0.0f64; n + 1];
+        let mut next = vec![0.0f64; n + 1];
+        let mut cur_m = vec![0.0f64; if value.is_some() { n + 1 } else { 0 }];
+        let mut next_m = cur_m.clone();
+        cur[0] = 1.0;
+        let (mut lo, mut hi) = (0usize, 0usize);
+        for j in 0..self.stages {
+            let remaining = self.stages - 1 - j;
+            let new_lo = lo.max(n.saturating_sub(spare_max + remaining * kmax));
+            let new_hi = (hi + kmax).min(n);
+            if new_lo > new_hi {
+                return [0.0; 3];
+            }
+            next[new_lo..=new_hi].fill(0.0);
+            if let Some(m) = next_m.get_mut(new_lo..=new_hi) {
+                m.fill(0.0);
+            }
+            for (k, &wk) in self.w.iter().enumerate() {
+                if wk == 0.0 || k > new_hi || !allowed(j, k) {
+                    continue;
+                }
+                // Sources c in [lo, hi] whose c + k lands in [new_lo, new_hi].
+                let c_lo = lo.max(new_lo.saturating_sub(k));
+                let c_hi = hi.min(new_hi - k);
+                if c_lo > c_hi {
+                    continue;
+                }
+                let src = &cur[c_lo..=c_hi];
+                for (d, &x) in next[c_lo + k..=c_hi + k].iter_mut().zip(src) {
+                    *d += x * wk;
+                }
+                if let Some(value) = value {
+                    let v = value(j, k);
+                    let dst = &mut next_m[c_lo + k..=c_hi + k];
+                    for ((d, &xm), &x) in dst.iter_mut().zip(&cur_m[c_lo..=c_hi]).zip(src) {
+                        *d += (xm + x * v) * wk;
+                    }
+                }
+            }
+            std::mem::swap(&mut cur, &mut next);
+            std::mem::swap(&mut cur_m, &mut next_m);
+            lo = new_lo;
+            hi = new_hi;
+        }
+        let mut out = [0.0f64; 3];
+        for (c, &mass) in cur.iter().enumerate().take(hi + 1).skip(lo) {
+            let Some(&ws) = self.spare.get(n - c) else { continue };
+            let adds = self.split.is_none_or(|t| c as u64 > t);
+            out[usize::from(adds)] += mass * ws;
+            if let Some(&m) = cur_m.get(c) {
+                out[2] += m * ws;
+            }
+        }
+        out
+    }
+
+    fn masses(&self, allowed: impl Fn(usize, usize) -> bool) -> [f64; 2] {
+        let [r, a, _] = self.run(allowed, None);
+        [r, a]
+    }
+
+    /// Mass of "no stage holder preempted" (every stage keeps all replicas).
+    fn untouched(&self) -> f64 {
+        let (Some(&w0), Some(&ws)) = (self.w.first(), self.spare.get(self.n)) else {
+            return 0.0;
+        };
+        (0..self.stages).fold(ws, |acc, _| acc * w0)
+    }
+}
+
+/// Distinct values of `f`, sorted.
+fn sorted_distinct(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(f64::total_cmp);
+    values.dedup();
+    values
+}
+
+/// The exact outcome distribution of `model` with `preempted` of
+/// `instances_before` instances taken (counts already checked by the caller).
+pub(super) fn distribution(
+    model: &Model,
+    instances_before: u32,
+    preempted: u32,
+) -> Result<TransitionDistribution, LiveputError> {
+    let single = |kind, duration_ms, mean_bytes| TransitionDistribution {
+        outcomes: vec![Outcome { probability: 1.0, kind, duration_ms, lost_work: false }],
+        mean_bytes,
+    };
+    let from = match (model.rule, model.from) {
+        (Rule::ColdStart, _) => {
+            return Ok(single(
+                MigrationKind::Restart,
+                model.r_add + model.restart_extra_ms,
+                model.restart_bytes as f64,
+            ));
+        }
+        (_, None) => return Ok(single(MigrationKind::None, 0.0, 0.0)),
+        (_, Some(from)) => from,
+    };
+    let d_old = from.data_parallel as usize;
+    let h = Hyper::new(
+        instances_before as usize,
+        d_old,
+        from.pipeline_stages as usize,
+        preempted as usize,
+        model.new_slots,
+    );
+    // Stage preemption counts that leave at least one replica, and the times
+    // those produce (the maximum's candidate thresholds).
+    let k_live = (h.w.len() - 1).min(d_old - 1);
+    let time =
+        |j: usize, k: usize| model.stage_time.get(j).and_then(|r| r.get(d_old - k)).copied().unwrap_or(0.0);
+    let bytes = |j: usize, k: usize| {
+        model.stage_bytes.get(j).and_then(|r| r.get(d_old - k)).copied().unwrap_or(0) as f64
+    };
+    let reachable_times = || {
+        let mut v = Vec::with_capacity(h.stages * (k_live + 1));
+        for j in 0..h.stages {
+            v.extend((0..=k_live).map(|k| time(j, k)));
+        }
+        v
+    };
+
+    let all = h.masses(|_, _| true);
+    let z = all[0] + all[1];
+    if !(z.is_finite() && z > 0.0) {
+        return Err(LiveputError::Numerical { reason: "preemption weights vanished" });
+    }
+    let nz = h.masses(|_, k| k < d_old);
+    let restart = [(all[0] - nz[0]).max(0.0), (all[1] - nz[1]).max(0.0)];
+    let reconfigure = [model.r_remove, model.r_add];
+
+    let mut outcomes = Vec::new();
+    let mut push = |mass: f64, kind, duration_ms, lost_work| {
+        if mass > 0.0 {
+            let probability = (mass / z).min(1.0);
+            outcomes.push(Outcome { probability, kind, duration_ms, lost_work });
+        }
+    };
+    let mut mean_bytes = 0.0;
+    if model.rule == Rule::Pause {
+        push(nz[0] + nz[1], MigrationKind::None, 0.0, false);
+        push(restart[0] + restart[1], MigrationKind::None, 0.0, true);
+        return Ok(TransitionDistribution { outcomes, mean_bytes });
+    }
+
+    // Threshold sweep over the cumulative distribution of the maximum stage
+    // time: `A(t)` = mass with no stage wiped and every stage time `<= t`.
+    let sweep = |thresholds: &[f64],
+                 start: [f64; 2],
+                 kind,
+                 push: &mut dyn FnMut(f64, MigrationKind, f64, bool)| {
+        let mut prev = start;
+        for (i, &t) in thresholds.iter().enumerate() {
+            let a =
+                if i + 1 == thresholds.len() { nz } else { h.masses(|j, k| k < d_old && time(j, k) <= t) };
+            for ty in 0..2 {
+                push((a[ty] - prev[ty]).max(0.0), kind, t + reconfigure[ty], false);
+            }
+            prev = a;
+        }
+    };
+    match model.rule {
+        Rule::SameDepth { same_config } => {
+            let d_new = model.d_new as usize;
+            let intra = if d_new <= d_old { h.masses(|_, k| k <= d_old - d_new) } else { [0.0; 2] };
+            let none = if same_config { h.untouched() } else { 0.0 };
+            push(none, MigrationKind::None, 0.0, false);
+            push((intra[0] + intra[1] - none).max(0.0), MigrationKind::IntraStage, model.intra_ms, false);
+            let thresholds = sorted_distinct(reachable_times());
+            sweep(&thresholds, intra, MigrationKind::InterStage, &mut push);
+        }
+        Rule::Repartition => {
+            let mut times = reachable_times();
+            times.iter_mut().for_each(|t| *t = t.max(model.base_time));
+            let thresholds = sorted_distinct(times);
+            sweep(&thresholds, [0.0; 2], MigrationKind::Repartition, &mut push);
+            mean_bytes += model.base_bytes as f64 * (nz[0] + nz[1]) / z;
+        }
+        Rule::Pause | Rule::ColdStart => {}
+    }
+    for ty in 0..2 {
+        push(restart[ty], MigrationKind::Restart, reconfigure[ty] + model.restart_extra_ms, true);
+    }
+    let [_, _, moment] = h.run(|_, k| k < d_old, Some(&bytes));
+    mean_bytes += moment / z + model.restart_bytes as f64 * (restart[0] + restart[1]) / z;
+    Ok(TransitionDistribution { outcomes, mean_bytes })
+}
