@@ -328,7 +328,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
                 d.instances,
                 d.arrivals,
                 d.preemptions,
-                d.forecast_instances,
+                d.forecast_instances.map_or_else(|| "-".to_string(), |n| n.to_string()),
                 config,
                 d.expected_samples
             );

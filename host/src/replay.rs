@@ -4,7 +4,7 @@
 //! simulator scores those decisions against a cost model.
 
 use parcae_policy_core::{IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest};
-use parcae_runtime::{GuardedPolicy, Source};
+use parcae_runtime::{Answer, GuardedPolicy, Source};
 use serde::Serialize;
 
 /// How the loop runs.
@@ -12,7 +12,7 @@ use serde::Serialize;
 pub struct ReplaySettings {
     /// Length of one control interval, ms.
     pub interval_ms: u64,
-    /// Intervals each forecast and plan covers (H).
+    /// Intervals each plan covers (H): the one starting now and H-1 forecast.
     pub horizon: u32,
     /// Largest fleet the job may hold; forecasts above it are invalid.
     pub fleet_max: u32,
@@ -27,8 +27,8 @@ pub struct Decision {
     pub instances: u32,
     pub arrivals: u32,
     pub preemptions: u32,
-    /// The forecast for this interval made from the history before it.
-    pub forecast_instances: u32,
+    /// The forecast for the next interval (`None` when H = 1: nothing forecast).
+    pub forecast_instances: Option<u32>,
     /// `None`: training paused.
     #[serde(serialize_with = "config_text")]
     pub config: Option<ParallelConfig>,
@@ -66,17 +66,26 @@ pub fn replay(
     let mut current: Option<ParallelConfig> = None;
     let mut fleet_min = u32::MAX;
     for (k, observed) in series.iter().enumerate() {
-        let history = &series[..k];
+        // The interval starting now has been observed (its events happen at its
+        // start); the predictor forecasts the H-1 intervals after it.
+        let history = &series[..=k];
         fleet_min = fleet_min.min(observed.instances);
-        let forecast = policy.predict(&PredictRequest {
-            history: history.to_vec(),
-            horizon: settings.horizon,
-            interval_ms: settings.interval_ms,
-            fleet_min,
-            fleet_max: settings.fleet_max,
-        });
+        let forecast = if settings.horizon > 1 {
+            policy.predict(&PredictRequest {
+                history: history.to_vec(),
+                horizon: settings.horizon - 1,
+                interval_ms: settings.interval_ms,
+                fleet_min,
+                fleet_max: settings.fleet_max,
+            })
+        } else {
+            Answer { value: Vec::new(), source: Source::Fallback, fault: None }
+        };
+        let mut planned = Vec::with_capacity(settings.horizon as usize);
+        planned.push(*observed);
+        planned.extend_from_slice(&forecast.value);
         let plan = policy.optimize(&OptimizeRequest {
-            forecast: forecast.value.clone(),
+            forecast: planned,
             instances_now: observed.instances,
             current,
             interval_ms: settings.interval_ms,
@@ -91,7 +100,7 @@ pub fn replay(
             instances: observed.instances,
             arrivals: observed.arrivals,
             preemptions: observed.preemptions,
-            forecast_instances: forecast.value.first().map_or(0, |s| s.instances),
+            forecast_instances: forecast.value.first().map(|s| s.instances),
             config,
             expected_samples: first.map_or(0.0, |s| s.expected_samples),
             predictor: source_name(forecast.source),
