@@ -103,7 +103,7 @@ pub fn replay(
             forecast_instances: forecast.value.first().map(|s| s.instances),
             config,
             expected_samples: first.map_or(0.0, |s| s.expected_samples),
-            predictor: source_name(forecast.source),
+            predictor: if settings.horizon > 1 { source_name(forecast.source) } else { "-" },
             optimizer: source_name(plan.source),
             fault,
         };
