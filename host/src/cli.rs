@@ -251,14 +251,18 @@ fn trace_convert(trace: &Path, output: &Path, to: ConvertTarget, input: &TraceIn
             std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?,
         ))
     };
-    match to {
+    let written = match to {
         ConvertTarget::Events => parcae_traces::write_events_csv(&loaded, &mut sink),
         ConvertTarget::Series => {
             parcae_traces::write_series_csv(&loaded.series(input.interval_ms()?)?, &mut sink)
         }
     }
-    .and_then(|()| sink.flush())
-    .with_context(|| format!("writing {}", output.display()))
+    .and_then(|()| sink.flush());
+    match written {
+        // A closed pipe (`| head`) is the reader's choice, not a failure.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.with_context(|| format!("writing {}", output.display())),
+    }
 }
 
 impl ProfileArgs {

@@ -137,7 +137,11 @@ fn load_errors_name_the_file_and_the_reason() {
     let err = |bytes: &[u8]| runtime.load_bytes("bad.wasm", bytes).err().expect("rejected").to_string();
     let core_module = b"\0asm\x01\0\0\0";
     assert!(err(core_module).contains("bad.wasm: is a core WebAssembly module"), "{}", err(core_module));
-    assert!(err(b"not wasm at all").starts_with("bad.wasm: not a valid WebAssembly component"));
+    assert_eq!(
+        err(b"not wasm at all"),
+        "bad.wasm: not a valid WebAssembly component: not a WebAssembly file (it does not start with the \\0asm magic bytes)"
+    );
+    assert!(err(b"\0asm\x0d\0\x01\0garbage").starts_with("bad.wasm: not a valid WebAssembly component"));
     let missing = runtime.load_file(std::path::Path::new("/nonexistent/p.wasm")).err().unwrap();
     assert!(missing.to_string().starts_with("/nonexistent/p.wasm: cannot read"), "{missing}");
     // An empty component exports nothing the host can call.

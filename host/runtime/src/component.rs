@@ -111,6 +111,12 @@ impl PolicyRuntime {
 
     /// Load a policy component from bytes; `name` identifies it in reports.
     pub fn load_bytes(&self, name: &str, bytes: &[u8]) -> Result<Arc<PolicyComponent>, LoadError> {
+        if !bytes.starts_with(b"\0asm") {
+            return Err(LoadError::Invalid {
+                name: name.to_string(),
+                reason: "not a WebAssembly file (it does not start with the \\0asm magic bytes)".into(),
+            });
+        }
         if is_core_module(bytes) {
             return Err(LoadError::CoreModule { name: name.to_string() });
         }
