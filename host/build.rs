@@ -10,7 +10,10 @@ fn main() {
     let root = Path::new(&manifest).parent().expect("host/ is inside the workspace");
     let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("policies");
     rerun_if_changed(root, &["policies"]);
-    let guests = [Guest { package: "reactive-policy", features: &[], output: "reactive.wasm" }];
+    let guests = [
+        Guest { package: "reactive-policy", features: &[], output: "reactive.wasm" },
+        Guest { package: "arima-liveput-policy", features: &[], output: "arima_liveput.wasm" },
+    ];
     if let Err(message) = build(root, &out, &guests) {
         eprintln!("{message}");
         std::process::exit(1);

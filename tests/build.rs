@@ -14,6 +14,7 @@ fn main() {
     let guest = |package, output| Guest { package, features: &[], output };
     let guests = [
         guest("reactive-policy", "reactive.wasm"),
+        guest("arima-liveput-policy", "arima_liveput.wasm"),
         guest("looping-policy", "looping.wasm"),
         guest("allocating-policy", "allocating.wasm"),
         guest("trapping-policy", "trapping.wasm"),

@@ -11,7 +11,7 @@ use parcae_runtime::{PolicyRuntime, SandboxLimits};
 use parcae_costmodel::{CostConstants, Profile};
 use parcae_policy_core::{ModelProfile, ParallelConfig};
 
-use crate::embedded::{COST_CONSTANTS, DEMO_TRACE, EXAMPLE_PROFILE};
+use crate::embedded::{COST_CONSTANTS, DEFAULT_POLICY, DEMO_TRACE, EXAMPLE_PROFILE};
 use crate::policies::{guarded_policy, load_policy};
 use crate::replay::ReplaySettings;
 
@@ -144,7 +144,7 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub input: TraceInput,
     /// Policy component serving every interface it exports (`.wasm` or
-    /// `builtin:NAME`; default: builtin:reactive).
+    /// `builtin:NAME`; default: builtin:arima-liveput).
     #[arg(long)]
     pub policy: Option<String>,
     /// Predictor component (overrides --policy's predictor).
@@ -298,7 +298,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     let profile = args.profile.load()?;
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let runtime = args.sandbox.runtime()?;
-    let policy_spec = args.policy.as_deref().or(Some("builtin:reactive"));
+    let policy_spec = args.policy.as_deref().or(Some(DEFAULT_POLICY));
     let mut policy =
         guarded_policy(&runtime, policy_spec, args.predictor.as_deref(), args.optimizer.as_deref())?;
     let fleet_max = series.intervals.iter().map(|s| s.instances).max().unwrap_or(0);

@@ -4,6 +4,13 @@
 /// The reactive throughput-optimal policy, compiled to a component at build time.
 pub const REACTIVE_POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/policies/reactive.wasm"));
 
+/// The Parcae paper's policy (ARIMA forecast + liveput optimizer), compiled at build time.
+pub const ARIMA_LIVEPUT_POLICY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/policies/arima_liveput.wasm"));
+
+/// The policy used when none is given.
+pub const DEFAULT_POLICY: &str = "builtin:arima-liveput";
+
 /// Name of an embedded policy on the command line: `builtin:NAME`.
 pub const BUILTIN_PREFIX: &str = "builtin:";
 
@@ -11,12 +18,13 @@ pub const BUILTIN_PREFIX: &str = "builtin:";
 pub fn builtin_policy(name: &str) -> Option<&'static [u8]> {
     match name {
         "reactive" => Some(REACTIVE_POLICY),
+        "arima-liveput" => Some(ARIMA_LIVEPUT_POLICY),
         _ => None,
     }
 }
 
 /// Names accepted after `builtin:`.
-pub const BUILTIN_POLICIES: &[&str] = &["reactive"];
+pub const BUILTIN_POLICIES: &[&str] = &["arima-liveput", "reactive"];
 
 /// The project's demo trace (8 instances, one hour), used when no trace is given.
 pub const DEMO_TRACE: (&str, &str) = ("traces/demo-8node.csv", include_str!("../../traces/demo-8node.csv"));

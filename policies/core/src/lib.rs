@@ -8,6 +8,8 @@
 
 pub mod arima;
 pub mod liveput;
+pub mod optimizer;
+pub mod plan;
 pub mod reactive;
 pub mod types;
 pub mod validate;

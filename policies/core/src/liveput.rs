@@ -567,18 +567,21 @@ pub fn expected_transition(
 ///
 /// For each outcome (exactly, over the preemption scenarios):
 ///
-/// - busy time `b = carried_ms + duration_ms + redo`, where `redo` is the lost
-///   work of a restart ([`lost_work_ms`]) re-trained at the new layout's speed:
-///   `lost_work_ms x throughput(from) / throughput(to)` (the same samples must
-///   be trained again); the in-flight migration finishes before the new one
-///   starts (the artifact instead drops the remainder and charges an extra
-///   restart);
-/// - samples `throughput(to) x max(0, T - b)` (samples/s x s);
+/// - busy time `b = carried_ms + duration_ms`; the in-flight migration
+///   finishes before the new one starts (the artifact instead drops the
+///   remainder and charges an extra restart);
+/// - samples `throughput(to) x max(0, T - b)` (samples/s x s), minus, when the
+///   outcome restarts from the checkpoint, the samples trained since it:
+///   [`lost_work_ms`] at the old layout's speed. The job rolls back, so an
+///   interval's net samples can be negative, and the loss does not depend on
+///   what runs next: pausing cannot escape it;
 /// - leftover `max(0, b - T)`, carried into the next interval by the caller.
 ///
-/// A pause (`to = None`) trains nothing and carries nothing (the in-flight
-/// migration is abandoned); its lost work, if any, is not representable as
-/// time and is dropped. Both results are expectations over the outcomes.
+/// A pause (`to = None`) trains nothing; an in-flight migration still runs to
+/// its end (state must be consistent before anything can resume), so
+/// `max(0, carried_ms - T)` is carried on, and lost work is still lost.
+/// Resuming later pays a cold start. Both results are expectations over the
+/// outcomes.
 #[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
 pub fn liveput(
     profile: &ModelProfile,
@@ -597,24 +600,38 @@ pub fn liveput(
         return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
     }
     let dist = transition_distribution(profile, from, instances_before, preempted, arrived, to)?;
+    let lost = lost_samples(profile, from, &dist)?;
+    let mut value = LiveputValue::default();
     let Some(to) = to else {
-        return Ok(LiveputValue::default());
+        for o in dist.outcomes.iter().filter(|o| o.lost_work) {
+            value.expected_samples -= o.probability * lost;
+        }
+        value.expected_leftover_ms = (carried_ms - interval_ms).max(0.0);
+        return Ok(value);
     };
     let thr_to = samples_per_second(profile, to)?;
-    let may_lose = dist.outcomes.iter().any(|o| o.lost_work && o.probability > 0.0);
-    let redo_ms = match from {
-        Some(from) if may_lose && thr_to > 0.0 => {
-            lost_work_ms(profile) * samples_per_second(profile, from)? / thr_to
-        }
-        _ => 0.0,
-    };
-    let mut value = LiveputValue::default();
     for o in &dist.outcomes {
-        let busy = carried_ms + o.duration_ms + if o.lost_work { redo_ms } else { 0.0 };
-        value.expected_samples += o.probability * thr_to * (interval_ms - busy).max(0.0) / 1000.0;
+        let busy = carried_ms + o.duration_ms;
+        let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
+        value.expected_samples += o.probability * (trained - if o.lost_work { lost } else { 0.0 });
         value.expected_leftover_ms += o.probability * (busy - interval_ms).max(0.0);
     }
     Ok(value)
+}
+
+/// Samples a restart from `from` loses: the work since the last checkpoint
+/// ([`lost_work_ms`]) at `from`'s speed; 0 when nothing can be lost.
+pub fn lost_samples(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    dist: &TransitionDistribution,
+) -> Result<f64, LiveputError> {
+    match from {
+        Some(from) if dist.outcomes.iter().any(|o| o.lost_work && o.probability > 0.0) => {
+            Ok(lost_work_ms(profile) * samples_per_second(profile, from)? / 1000.0)
+        }
+        _ => Ok(0.0),
+    }
 }
 
 fn samples_per_second(profile: &ModelProfile, config: ParallelConfig) -> Result<f64, LiveputError> {

@@ -16,8 +16,8 @@ pub enum Invalid {
     UnknownConfig { step: usize, data_parallel: u32, pipeline_stages: u32 },
     /// A plan step needs more instances than are available then.
     TooManyInstances { step: usize, needed: u64, available: u32 },
-    /// A plan step's expected samples is negative, not finite or physically impossible.
-    ImplausibleSamples { step: usize, expected: f64, ceiling: f64 },
+    /// A plan step's expected samples is not finite or physically impossible.
+    ImplausibleSamples { step: usize, expected: f64, floor: f64, ceiling: f64 },
     /// A paused step claims to train samples.
     PausedWithSamples { step: usize, expected: f64 },
 }
@@ -41,8 +41,8 @@ impl std::fmt::Display for Invalid {
             Invalid::TooManyInstances { step, needed, available } => {
                 write!(f, "step {step}: layout needs {needed} instances, only {available} available")
             }
-            Invalid::ImplausibleSamples { step, expected, ceiling } => {
-                write!(f, "step {step}: expected samples {expected} outside [0, {ceiling}]")
+            Invalid::ImplausibleSamples { step, expected, floor, ceiling } => {
+                write!(f, "step {step}: expected samples {expected} outside [{floor}, {ceiling}]")
             }
             Invalid::PausedWithSamples { step, expected } => {
                 write!(f, "step {step}: pauses training but expects {expected} samples")
@@ -95,12 +95,16 @@ pub fn check_plan(request: &OptimizeRequest, plan: &Plan) -> Result<(), Invalid>
         return Err(Invalid::WrongLength { expected, got: plan.steps.len() });
     }
     let seconds = request.interval_ms as f64 / 1000.0;
-    // Leftover migration time may be carried between intervals, but no interval
-    // can train faster than the fastest layout; allow rounding slack.
-    let ceiling = request.profile.peak_samples_per_second() * seconds * (1.0 + 1e-9) + 1e-6;
+    let peak = request.profile.peak_samples_per_second();
+    // No interval can train faster than the fastest layout, and none can lose
+    // more than a checkpoint interval of work at that speed (a restart rolls
+    // back to the last checkpoint); allow rounding slack.
+    let ceiling = peak * seconds * (1.0 + 1e-9) + 1e-6;
+    let floor = -peak * request.profile.checkpoint_interval_ms / 1000.0 * (1.0 + 1e-9) - 1e-6;
     for (step, s) in plan.steps.iter().enumerate() {
         match s.config {
-            None if s.expected_samples != 0.0 => {
+            // A pause trains nothing (it may still lose work to a restart).
+            None if s.expected_samples > 0.0 => {
                 return Err(Invalid::PausedWithSamples { step, expected: s.expected_samples });
             }
             None => {}
@@ -118,8 +122,8 @@ pub fn check_plan(request: &OptimizeRequest, plan: &Plan) -> Result<(), Invalid>
                 }
             }
         }
-        if !(s.expected_samples.is_finite() && (0.0..=ceiling).contains(&s.expected_samples)) {
-            return Err(Invalid::ImplausibleSamples { step, expected: s.expected_samples, ceiling });
+        if !(s.expected_samples.is_finite() && (floor..=ceiling).contains(&s.expected_samples)) {
+            return Err(Invalid::ImplausibleSamples { step, expected: s.expected_samples, floor, ceiling });
         }
     }
     Ok(())

@@ -38,4 +38,7 @@ impl wit_optimizer::Guest for Reactive {
     }
 }
 
+// Only a Wasm build exports the interfaces: natively the export names (which
+// contain `:` and `/`) are not valid linker symbols, and nothing calls them.
+#[cfg(target_arch = "wasm32")]
 export!(Reactive);

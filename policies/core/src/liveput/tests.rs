@@ -504,15 +504,20 @@ fn liveput_charges_time_leftover_and_lost_work() {
     let v = liveput(&p, cfg(2, 2), 8, 0, 0, cfg(2, 2), 60_000.0, 75_000.0).unwrap();
     assert_eq!(v.expected_samples, 0.0);
     assert!(close(v.expected_leftover_ms, 15_000.0, 1e-12));
-    // Certain restart: busy = migration + lost work redone at the new speed.
+    // Certain restart: the migration takes time, and the work since the
+    // checkpoint is lost (at the old layout's speed), whatever runs next.
     let v = liveput(&p, cfg(2, 2), 4, 4, 4, cfg(2, 2), 60_000.0, 0.0).unwrap();
     let c = scenario_cost(&p, cfg(2, 2), &[0, 0], 0, 4, cfg(2, 2)).unwrap();
-    let busy = c.duration_ms + lost_work_ms(&p);
-    assert_eq!(v.expected_samples, 0.0);
-    assert!(close(v.expected_leftover_ms, busy - 60_000.0, 1e-12));
-    // A pause trains nothing and carries nothing.
-    let v = liveput(&p, cfg(2, 2), 8, 2, 0, None, 60_000.0, 5_000.0).unwrap();
+    let lost = lost_work_ms(&p) * thr / 1000.0;
+    let trained = thr * (60_000.0 - c.duration_ms).max(0.0) / 1000.0;
+    assert!(close(v.expected_samples, trained - lost, 1e-9));
+    assert!(close(v.expected_leftover_ms, (c.duration_ms - 60_000.0).max(0.0), 1e-12));
+    // A pause trains nothing and carries nothing, but cannot escape the loss.
+    let v = liveput(&p, cfg(2, 2), 8, 0, 0, None, 60_000.0, 5_000.0).unwrap();
     assert_eq!(v, LiveputValue::default());
+    let v = liveput(&p, cfg(2, 2), 4, 4, 4, None, 60_000.0, 0.0).unwrap();
+    assert!(close(v.expected_samples, -lost, 1e-9));
+    assert_eq!(v.expected_leftover_ms, 0.0);
 }
 
 // ---------------------------------------------------------------- exact vs enumeration
@@ -537,14 +542,14 @@ fn scenario_liveput(
     interval: f64,
     carried: f64,
 ) -> (f64, f64) {
-    let Some(to) = to else { return (0.0, 0.0) };
-    let thr_to = p.config(to).unwrap().samples_per_second;
-    let redo = match from {
-        Some(f) if c.lost_work => lost_work_ms(p) * p.config(f).unwrap().samples_per_second / thr_to,
+    let lost = match from {
+        Some(f) if c.lost_work => lost_work_ms(p) * p.config(f).unwrap().samples_per_second / 1000.0,
         _ => 0.0,
     };
-    let busy = carried + c.duration_ms + redo;
-    (thr_to * (interval - busy).max(0.0) / 1000.0, (busy - interval).max(0.0))
+    let Some(to) = to else { return (-lost, 0.0) };
+    let thr_to = p.config(to).unwrap().samples_per_second;
+    let busy = carried + c.duration_ms;
+    (thr_to * (interval - busy).max(0.0) / 1000.0 - lost, (busy - interval).max(0.0))
 }
 
 fn add(s: &mut Sums, w: f64, c: &ScenarioCost, lp: (f64, f64)) {
@@ -867,7 +872,8 @@ fn random_inputs_never_panic() {
         if expected_transition(&p, from, n_all, n_out, arrived, to).is_ok() {
             ok += 1;
             let v = liveput(&p, from, n_all, n_out, arrived, to, 60_000.0, 0.0).unwrap();
-            assert!(v.expected_samples >= 0.0 && v.expected_leftover_ms >= 0.0);
+            let floor = -lost_work_ms(&p) * p.peak_samples_per_second() / 1000.0;
+            assert!(v.expected_samples >= floor * (1.0 + 1e-9) && v.expected_leftover_ms >= 0.0);
         }
         let s: Vec<u32> = (0..rng.below(10)).map(|_| rng.below(5)).collect();
         let _ = scenario_cost(&p, from, &s, rng.below(4), arrived, to);

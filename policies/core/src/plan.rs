@@ -1,0 +1,699 @@
+//! The best sequence of layouts over a horizon of intervals: the dynamic
+//! program behind the online liveput optimizer ([`crate::optimizer::Liveput`],
+//! receding horizon) and the host's offline Oracle (the whole trace at once).
+//!
+//! # Problem
+//!
+//! Interval `i` of the horizon starts with `instances_before` instances, of
+//! which `preempted` are taken and `arrived` join ([`Step`]); the job then runs
+//! the layout chosen for the interval (any profiled layout that fits the
+//! instances after the change) or pauses. The value of a plan is the sum over
+//! its intervals of [`liveput()`](crate::liveput::liveput) of the transition
+//! from the previous interval's layout (`current` before the first), with the
+//! migration time left over by the previous interval carried into the next
+//! (`carried_ms` before the first). [`best_plan`] maximises it.
+//!
+//! # The dynamic program and why it is exact
+//!
+//! The state after interval `i` is the layout chosen for it and the expected
+//! leftover migration time `c` carried into interval `i + 1`. The leftover is
+//! continuous, so per `(interval, layout)` the program keeps the **Pareto
+//! front** of `(value so far, leftover)` pairs over all plans that reach it: a
+//! pair dominates another if it has `>=` value and `<=` leftover. This loses
+//! nothing: the samples of an interval, `thr x sum_o p_o max(0, T - c - b_o)`,
+//! are non-increasing in the carry `c` and its leftover `sum_o p_o max(0, c +
+//! b_o - T)` is non-decreasing in `c` (a pause carries nothing whatever `c`),
+//! so by induction the best value of the rest of the horizon is non-increasing
+//! in `c`, and a dominated pair can never lead to a better plan than the pair
+//! that dominates it. Without a cap on the fronts the program returns an optimal
+//! plan under the cost model (the tests check it against brute-force
+//! enumeration of every plan).
+//!
+//! **Cap.** A front keeps at most [`MAX_FRONT`] pairs; a longer one is thinned
+//! to pairs evenly spaced in leftover order, always keeping both ends (the
+//! pair with the least leftover and the one with the most value). Once a front
+//! is thinned the plan may be sub-optimal; [`CacheStats::front_truncations`]
+//! counts it. It never happened in the tests or the benchmarks: the largest
+//! front is 3 in the brute-force tests, and at most 12 pairs in the
+//! p3-shaped benchmarks (receding horizon H = 12 and the 683-interval Oracle,
+//! five models). The fronts do matter: capped at 2 pairs, 1 to 2 of the 120
+//! random brute-force cases get a worse plan.
+//!
+//! Most fronts have a single pair: a transition whose migrations all finish
+//! within the interval leaves nothing, and of the pairs with no leftover only
+//! the most valuable is kept. Pairs with a leftover arise from migrations
+//! longer than the interval and, mostly, from restarts, whose lost work is
+//! re-trained as carried time.
+//!
+//! # Transitions, exactly as `liveput()` computes them
+//!
+//! The exact distribution of a transition's migration time over which
+//! instances are preempted ([`transition_distribution`]) depends on the old and
+//! new layouts, `instances_before` and `preempted`, but not on `arrived` (which
+//! only decides whether the new layout fits), nor, when nobody is preempted,
+//! on `instances_before`. [`TransitionCache`] memoises the distributions per
+//! `(instances_before, preempted)` in a table indexed by `(from, to)`, across
+//! calls, and the program evaluates each one for every carried leftover with
+//! the same arithmetic, in the same order, as `liveput()` does: the numbers are
+//! identical, not just close (tested).
+//!
+//! # Conventions
+//!
+//! - **Pauses.** `None` is a state like any layout: it trains nothing and, as
+//!   in `liveput()`, carries nothing (the in-flight migration is abandoned;
+//!   leaving a pause is a cold start). Work lost to a restart is charged as
+//!   negative samples at the restart, whatever runs next, so a pause cannot
+//!   erase it.
+//! - **Unknown or unfit `current`.** A `current` layout that is not in the
+//!   profile, or that needs more instances than the first step's
+//!   `instances_before`, is treated as nothing running: the first layout is a
+//!   cold start. The same holds for any interval whose `instances_before` is
+//!   smaller than the previous interval's layout (inconsistent steps).
+//! - **Nothing fits.** An interval in which no profiled layout fits pauses.
+//! - **Profile.** Duplicate layouts in the profile count once (the first, as
+//!   [`ModelProfile::config`] finds it); layouts with a zero degree or more than
+//!   [`MAX_INSTANCES`] instances are never chosen. A throughput that is negative
+//!   or not finite is an error, as are the errors of the cost model itself
+//!   ([`LiveputError`]), a carried time that is negative or not finite, or a
+//!   step that preempts more instances than it has or has more than
+//!   [`MAX_INSTANCES`] instances.
+//! - **Ties** (plans of exactly equal value) are broken deterministically:
+//!   among predecessors, staying in the same layout first, then the layout
+//!   order below; for the last interval, less leftover first, then `current`,
+//!   then the layout order: higher throughput, fewer instances, fewer stages,
+//!   fewer replicas, and a pause last.
+//!
+//! # Cost
+//!
+//! Per interval, every pair of a live state and a layout that fits: `O(H x
+//! (S + 1)^2 x F x K)` for `S` layouts, fronts of `F` pairs and `K` outcomes
+//! per distribution (one when nobody is preempted), plus the distributions not
+//! yet cached (5-10 µs each for 32 instances). Measured in release mode on a
+//! shared 2-core machine (test `timing`: `cargo test --release -p
+//! parcae-policy-core plan::tests::timing -- --ignored --nocapture`), with
+//! profiles shaped like the five models of `p3-v100-parcae.json` (10 to 62
+//! layouts) and a synthetic 683-interval trace of a 32-instance fleet: one
+//! call, 47 layouts, H = 12 with preemptions, 80 ms with an empty cache (9,500
+//! distributions), 0.3 ms once cached; a receding-horizon run (683 calls, H =
+//! 12, true future as the forecast) 15-560 ms per model, 1.5 s for all five
+//! (0.35 s with a flat forecast); the Oracle (one call over 683 intervals)
+//! 15-420 ms per model.
+
+use std::collections::BTreeMap;
+
+use crate::liveput::{LiveputError, MAX_INSTANCES, lost_samples, transition_distribution};
+use crate::{IntervalStats, ModelProfile, ParallelConfig};
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+/// Largest Pareto front of `(value, leftover)` pairs kept per interval and
+/// layout; see the module documentation.
+pub const MAX_FRONT: usize = 32;
+
+/// Default bound on the outcomes a [`TransitionCache`] stores (24 bytes each).
+pub const DEFAULT_MAX_CACHED_OUTCOMES: usize = 1 << 20;
+
+/// Default bound on the `(from, to)` table entries a [`TransitionCache`]
+/// stores (4 bytes each).
+pub const DEFAULT_MAX_TABLE_ENTRIES: usize = 1 << 22;
+
+/// Availability change at the start of one interval:
+/// `after = before - preempted + arrived`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Step {
+    /// Instances alive before the change (the previous layout runs on them).
+    pub instances_before: u32,
+    /// Instances taken back, a uniform random subset of `instances_before`.
+    pub preempted: u32,
+    /// Instances that join.
+    pub arrived: u32,
+}
+
+impl Step {
+    /// Instances alive after the change, or `None` when more instances are
+    /// preempted than exist.
+    pub fn instances_after(&self) -> Option<u64> {
+        let left = self.instances_before.checked_sub(self.preempted)?;
+        Some(u64::from(left) + u64::from(self.arrived))
+    }
+
+    /// The step from `before` to exactly `after` instances with (about)
+    /// `preempted` preemptions: `preempted` is clamped to `before`, arrivals
+    /// make up the difference, and when even that cannot reach `after` (fewer
+    /// instances left than `before - preempted`) the preemptions are raised to
+    /// `before - after` with no arrivals.
+    pub fn between(before: u32, after: u32, preempted: u32) -> Step {
+        let preempted = preempted.min(before);
+        let left = before - preempted;
+        if after >= left {
+            Step { instances_before: before, preempted, arrived: after - left }
+        } else {
+            Step { instances_before: before, preempted: before - after, arrived: 0 }
+        }
+    }
+
+    /// One step per interval, chained from `instances_before`: each interval
+    /// starts with the previous one's `instances` and ends with its own, with
+    /// its `preemptions` ([`Step::between`] repairs inconsistent records).
+    pub fn chain(instances_before: u32, intervals: &[IntervalStats]) -> Vec<Step> {
+        let mut before = instances_before;
+        intervals
+            .iter()
+            .map(|s| {
+                let step = Step::between(before, s.instances, s.preemptions);
+                before = s.instances;
+                step
+            })
+            .collect()
+    }
+}
+
+/// One interval of the best plan.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlannedStep {
+    /// Layout for the interval; `None` pauses.
+    pub config: Option<ParallelConfig>,
+    /// Expected samples trained in the interval along the plan (>= 0).
+    pub expected_samples: f64,
+    /// Expected migration time carried out of the interval into the next, ms.
+    pub expected_leftover_ms: f64,
+}
+
+/// Counters of a [`TransitionCache`] since it was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Transition distributions found in the cache.
+    pub hits: u64,
+    /// Transition distributions computed.
+    pub misses: u64,
+    /// Times the cache was emptied (bound reached or profile changed).
+    pub clears: u64,
+    /// Times a Pareto front was thinned to [`MAX_FRONT`] pairs (each one may
+    /// cost optimality).
+    pub front_truncations: u64,
+    /// Largest Pareto front seen (before thinning).
+    pub largest_front: usize,
+    /// Calls of [`best_plan`].
+    pub plans: u64,
+}
+
+/// Memoised transition distributions, kept across calls of [`best_plan`], and
+/// the program's work buffers.
+///
+/// Distributions are stored per `(instances_before, preempted)` in a table
+/// indexed by `(from, to)` (the distribution does not depend on `arrived`), for
+/// one profile at a time: a call with a different profile (compared by value)
+/// empties the cache. Its size is bounded: when, at the start of a call, the
+/// stored outcomes or table entries exceed the bounds, everything is dropped
+/// and rebuilt on demand (a single call may go past the bounds; it is emptied
+/// at the next).
+#[derive(Debug, Clone)]
+pub struct TransitionCache {
+    profile: Option<ModelProfile>,
+    store: Store,
+    work: Work,
+}
+
+impl Default for TransitionCache {
+    fn default() -> Self {
+        TransitionCache::with_bounds(DEFAULT_MAX_CACHED_OUTCOMES, DEFAULT_MAX_TABLE_ENTRIES)
+    }
+}
+
+impl TransitionCache {
+    /// A cache that holds at most about `max_outcomes` outcomes and
+    /// `max_table_entries` table entries between calls.
+    pub fn with_bounds(max_outcomes: usize, max_table_entries: usize) -> TransitionCache {
+        TransitionCache {
+            profile: None,
+            store: Store {
+                max_outcomes,
+                max_table_entries,
+                keys: BTreeMap::new(),
+                tables: Vec::new(),
+                heads: Vec::new(),
+                outs: Vec::new(),
+                table_entries: 0,
+                stats: CacheStats::default(),
+            },
+            work: Work::default(),
+        }
+    }
+
+    /// Counters since the cache was created.
+    pub fn stats(&self) -> CacheStats {
+        self.store.stats
+    }
+
+    /// Distributions currently stored.
+    pub fn len(&self) -> usize {
+        self.store.heads.len()
+    }
+
+    /// Whether no distribution is stored.
+    pub fn is_empty(&self) -> bool {
+        self.store.heads.is_empty()
+    }
+
+    /// Drop every stored distribution (the counters stay).
+    pub fn clear(&mut self) {
+        self.store.clear();
+        self.profile = None;
+    }
+
+    /// Make the cache fit `profile`, within its bounds.
+    fn prepare(&mut self, profile: &ModelProfile) {
+        if self.profile.as_ref() != Some(profile) {
+            if !self.store.heads.is_empty() || !self.store.tables.is_empty() {
+                self.store.clear();
+                self.store.stats.clears += 1;
+            }
+            self.profile = Some(profile.clone());
+        } else if self.store.outs.len() > self.store.max_outcomes
+            || self.store.table_entries > self.store.max_table_entries
+        {
+            self.store.clear();
+            self.store.stats.clears += 1;
+        }
+    }
+}
+
+/// One outcome, reduced to what the value of an interval needs.
+#[derive(Debug, Clone, Copy)]
+struct Out {
+    /// Probability.
+    p: f64,
+    /// Migration time, ms.
+    d: f64,
+    /// Samples lost to a restart (0 unless the outcome loses work).
+    lost: f64,
+}
+
+const MISSING: u32 = u32::MAX;
+
+#[derive(Debug, Clone)]
+struct Store {
+    max_outcomes: usize,
+    max_table_entries: usize,
+    /// `(instances_before, preempted)` -> index in `tables`.
+    keys: BTreeMap<(u32, u32), usize>,
+    /// Per key, `(S + 1) x (S + 1)` entries (`from`, `to`, the pause last):
+    /// index in `heads` or [`MISSING`].
+    tables: Vec<Vec<u32>>,
+    /// `(start, len)` of a distribution's outcomes in `outs`.
+    heads: Vec<(usize, usize)>,
+    outs: Vec<Out>,
+    table_entries: usize,
+    stats: CacheStats,
+}
+
+impl Store {
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.tables.clear();
+        self.heads.clear();
+        self.outs.clear();
+        self.table_entries = 0;
+    }
+
+    fn table(&mut self, key: (u32, u32), entries: usize) -> usize {
+        if let Some(&t) = self.keys.get(&key) {
+            return t;
+        }
+        let t = self.tables.len();
+        self.tables.push(vec![MISSING; entries]);
+        self.table_entries += entries;
+        self.keys.insert(key, t);
+        t
+    }
+
+    /// The outcomes of `from -> to` in `step` (`from` = `None` for a cold
+    /// start; `to` = `S` for a pause), computed on a miss.
+    fn entry(
+        &mut self,
+        table: usize,
+        slot: usize,
+        ctx: &Ctx<'_>,
+        step: Step,
+        from: Option<usize>,
+        to: usize,
+    ) -> Result<(usize, usize), LiveputError> {
+        let head = self.tables[table][slot];
+        if head != MISSING {
+            self.stats.hits += 1;
+            return Ok(self.heads[head as usize]);
+        }
+        self.stats.misses += 1;
+        let from_cfg = from.map(|f| ctx.cands[f].config);
+        let to_cand = ctx.cands.get(to);
+        let dist = transition_distribution(
+            ctx.profile,
+            from_cfg,
+            step.instances_before,
+            step.preempted,
+            step.arrived,
+            to_cand.map(|c| c.config),
+        )?;
+        let lost = lost_samples(ctx.profile, from_cfg, &dist)?;
+        let start = self.outs.len();
+        self.outs.extend(dist.outcomes.iter().map(|o| Out {
+            p: o.probability,
+            d: o.duration_ms,
+            lost: if o.lost_work { lost } else { 0.0 },
+        }));
+        let head = (start, self.outs.len() - start);
+        let index = u32::try_from(self.heads.len())
+            .ok()
+            .filter(|&i| i != MISSING)
+            .ok_or(LiveputError::Numerical { reason: "transition cache index overflow" })?;
+        self.heads.push(head);
+        self.tables[table][slot] = index;
+        Ok(head)
+    }
+}
+
+/// One pair of a Pareto front, with its back pointer.
+#[derive(Debug, Clone, Copy)]
+struct Point {
+    /// Expected samples from the first interval to this one.
+    value: f64,
+    /// Expected leftover carried out of this interval, ms.
+    leftover: f64,
+    /// Expected samples of this interval.
+    samples: f64,
+    /// State of this interval (layout index, or `S` for a pause).
+    state: u32,
+    /// Index of the predecessor pair in the arena (`u32::MAX` for the start).
+    pred: u32,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Work {
+    /// Arena of every front's pairs.
+    points: Vec<Point>,
+    /// `(start, len)` in `points` per interval and state.
+    ranges: Vec<(usize, usize)>,
+    /// Fronts of the previous interval, per state.
+    prev: Vec<(usize, usize)>,
+    /// Candidate pairs with a positive leftover.
+    scratch: Vec<Point>,
+}
+
+/// The cache key of a step's distributions. With nobody preempted the
+/// distribution of every `from -> to` is the same whatever the number of
+/// instances (every preemption weight is exactly 0 or 1, tested in
+/// `zero_preemption_distributions_ignore_the_fleet`), so those steps share one
+/// table.
+fn table_key(step: Step) -> (u32, u32) {
+    if step.preempted == 0 { (0, 0) } else { (step.instances_before, step.preempted) }
+}
+
+/// A layout the program may choose.
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    config: ParallelConfig,
+    instances: u64,
+    thr: f64,
+}
+
+struct Ctx<'a> {
+    profile: &'a ModelProfile,
+    cands: Vec<Cand>,
+}
+
+/// The layouts the program may choose, in profile order (first occurrence).
+fn candidates(profile: &ModelProfile) -> Result<Vec<Cand>, LiveputError> {
+    let mut cands: Vec<Cand> = Vec::with_capacity(profile.configs.len());
+    for entry in &profile.configs {
+        let config = entry.config;
+        let instances = config.instances();
+        if config.data_parallel == 0
+            || config.pipeline_stages == 0
+            || instances > u64::from(MAX_INSTANCES)
+            || cands.iter().any(|c| c.config == config)
+        {
+            continue;
+        }
+        let thr = entry.samples_per_second;
+        if !(thr.is_finite() && thr >= 0.0) {
+            return Err(LiveputError::BadProfileValue {
+                field: format!("configs[{config}].samples_per_second"),
+                value: thr,
+            });
+        }
+        cands.push(Cand { config, instances, thr });
+    }
+    Ok(cands)
+}
+
+/// Knobs of the program; [`PlanOptions::default`] is what [`best_plan`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Largest Pareto front kept per interval and layout (clamped to `2..=65536`;
+    /// see the module documentation). Default [`MAX_FRONT`].
+    pub max_front: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        PlanOptions { max_front: MAX_FRONT }
+    }
+}
+
+/// The plan of layouts over `steps` that maximises the expected samples,
+/// starting from `current` with `carried_ms` of migration still to run; one
+/// entry per step. See the module documentation for the model, the
+/// conventions and the exactness. `cache` memoises transitions across calls.
+pub fn best_plan(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    interval_ms: u64,
+    cache: &mut TransitionCache,
+) -> Result<Vec<PlannedStep>, LiveputError> {
+    best_plan_with(profile, current, carried_ms, steps, interval_ms, PlanOptions::default(), cache)
+}
+
+/// [`best_plan`] with explicit [`PlanOptions`].
+pub fn best_plan_with(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    interval_ms: u64,
+    options: PlanOptions,
+    cache: &mut TransitionCache,
+) -> Result<Vec<PlannedStep>, LiveputError> {
+    if !(carried_ms.is_finite() && carried_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
+    }
+    let mut afters = Vec::with_capacity(steps.len());
+    for s in steps {
+        if s.instances_before > MAX_INSTANCES {
+            return Err(LiveputError::TooManyInstances { instances: u64::from(s.instances_before) });
+        }
+        let after = s.instances_after().ok_or(LiveputError::PreemptedAboveInstances {
+            preempted: s.preempted,
+            instances: s.instances_before,
+        })?;
+        if after > u64::from(MAX_INSTANCES) {
+            return Err(LiveputError::TooManyInstances { instances: after });
+        }
+        afters.push(after);
+    }
+    if steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ctx = Ctx { profile, cands: candidates(profile)? };
+    cache.prepare(profile);
+    cache.store.stats.plans += 1;
+    let TransitionCache { store, work, .. } = cache;
+    let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16) };
+    run(&ctx, current, carried_ms, steps, &afters, interval_ms as f64, store, work, options)
+}
+
+#[allow(clippy::too_many_arguments)] // the call's inputs plus the cache's two halves
+fn run(
+    ctx: &Ctx<'_>,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    afters: &[u64],
+    interval_ms: f64,
+    store: &mut Store,
+    work: &mut Work,
+    options: PlanOptions,
+) -> Result<Vec<PlannedStep>, LiveputError> {
+    let max_front = options.max_front;
+    let cands = &ctx.cands;
+    let s = cands.len();
+    let pause = s;
+    let n_states = s + 1;
+    // Layout order for ties: higher throughput, fewer instances, fewer
+    // stages, fewer replicas; the pause last.
+    let mut order: Vec<usize> = (0..s).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&cands[a], &cands[b]);
+        y.thr
+            .total_cmp(&x.thr)
+            .then(x.instances.cmp(&y.instances))
+            .then(x.config.pipeline_stages.cmp(&y.config.pipeline_stages))
+            .then(x.config.data_parallel.cmp(&y.config.data_parallel))
+    });
+    order.push(pause);
+
+    let Work { points, ranges, prev, scratch } = work;
+    points.clear();
+    ranges.clear();
+    ranges.resize(steps.len() * n_states, (0, 0));
+    prev.clear();
+    prev.resize(n_states, (0, 0));
+    let start_state = current.and_then(|c| cands.iter().position(|k| k.config == c)).unwrap_or(pause);
+    points.push(Point {
+        value: 0.0,
+        leftover: carried_ms,
+        samples: 0.0,
+        state: start_state as u32,
+        pred: u32::MAX,
+    });
+    prev[start_state] = (0, 1);
+
+    for (i, (&step, &after)) in steps.iter().zip(afters).enumerate() {
+        let table = store.table(table_key(step), n_states * n_states);
+        let before = u64::from(step.instances_before);
+        for t in 0..n_states {
+            if t != pause && cands[t].instances > after {
+                ranges[i * n_states + t] = (points.len(), 0);
+                continue;
+            }
+            scratch.clear();
+            let mut best: Option<Point> = None;
+            // Staying first, then the layout order: the first of equal pairs wins.
+            for f in std::iter::once(t).chain(order.iter().copied().filter(|&f| f != t)) {
+                let (start, len) = prev[f];
+                if len == 0 {
+                    continue;
+                }
+                // A layout that does not fit the instances before the change
+                // (inconsistent steps, or `current`) counts as nothing running.
+                let from = (f != pause && cands[f].instances <= before).then_some(f);
+                let slot = from.unwrap_or(pause) * n_states + t;
+                let (o_start, o_len) = store.entry(table, slot, ctx, step, from, t)?;
+                let outs = &store.outs[o_start..o_start + o_len];
+                if t == pause {
+                    // `liveput()` of a pause: nothing trained, the in-flight
+                    // migration runs on, the lost work still lost.
+                    let mut samples = 0.0f64;
+                    for o in outs {
+                        samples -= o.p * o.lost;
+                    }
+                    for (k, q) in points[start..start + len].iter().enumerate() {
+                        let value = q.value + samples;
+                        if best.is_some_and(|b| value <= b.value) {
+                            continue;
+                        }
+                        let leftover = (q.leftover - interval_ms).max(0.0);
+                        let point =
+                            Point { value, leftover, samples, state: t as u32, pred: (start + k) as u32 };
+                        if leftover == 0.0 {
+                            best = Some(point);
+                        } else {
+                            scratch.push(point);
+                        }
+                    }
+                    continue;
+                }
+                let thr_to = cands[t].thr;
+                for (k, q) in points[start..start + len].iter().enumerate() {
+                    // `liveput()`, operation for operation.
+                    let (mut samples, mut leftover) = (0.0f64, 0.0f64);
+                    for o in outs {
+                        let busy = q.leftover + o.d;
+                        let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
+                        samples += o.p * (trained - o.lost);
+                        leftover += o.p * (busy - interval_ms).max(0.0);
+                    }
+                    let value = q.value + samples;
+                    if best.is_some_and(|b| value <= b.value) {
+                        continue;
+                    }
+                    let point = Point { value, leftover, samples, state: t as u32, pred: (start + k) as u32 };
+                    if leftover == 0.0 {
+                        best = Some(point);
+                    } else {
+                        scratch.push(point);
+                    }
+                }
+            }
+            // The front: the best pair without leftover, then the pairs with
+            // more leftover and strictly more value, in leftover order.
+            let base = points.len();
+            let mut top = f64::NEG_INFINITY;
+            if let Some(b) = best {
+                top = b.value;
+                points.push(b);
+            }
+            if !scratch.is_empty() {
+                scratch.sort_by(|a, b| a.leftover.total_cmp(&b.leftover).then(b.value.total_cmp(&a.value)));
+                for p in scratch.iter() {
+                    if p.value > top {
+                        top = p.value;
+                        points.push(*p);
+                    }
+                }
+            }
+            let len = points.len() - base;
+            store.stats.largest_front = store.stats.largest_front.max(len);
+            if len > max_front {
+                store.stats.front_truncations += 1;
+                for k in 0..max_front {
+                    points[base + k] = points[base + k * (len - 1) / (max_front - 1)];
+                }
+                points.truncate(base + max_front);
+            }
+            ranges[i * n_states + t] = (base, points.len() - base);
+        }
+        prev.copy_from_slice(&ranges[i * n_states..(i + 1) * n_states]);
+        // Back pointers are `u32` (at most `(S + 1) x MAX_FRONT` more pairs
+        // per step).
+        if points.len().saturating_add(n_states.saturating_mul(max_front)) >= u32::MAX as usize {
+            return Err(LiveputError::Numerical { reason: "plan too long for the program's arena" });
+        }
+    }
+
+    // Best final pair: most value, then least leftover, then `current`, then
+    // the layout order.
+    let mut best: Option<usize> = None;
+    let final_order = std::iter::once(start_state)
+        .filter(|&f| f != pause)
+        .chain(order.iter().copied().filter(|&f| f != start_state || f == pause));
+    for f in final_order {
+        let (start, len) = prev[f];
+        for k in start..start + len {
+            let p = &points[k];
+            let better = best.is_none_or(|b| {
+                let b = &points[b];
+                p.value > b.value || (p.value == b.value && p.leftover < b.leftover)
+            });
+            if better {
+                best = Some(k);
+            }
+        }
+    }
+    let mut plan =
+        vec![PlannedStep { config: None, expected_samples: 0.0, expected_leftover_ms: 0.0 }; steps.len()];
+    let mut at = best.ok_or(LiveputError::Numerical { reason: "no plan reaches the last interval" })?;
+    for slot in plan.iter_mut().rev() {
+        let p = points[at];
+        let state = p.state as usize;
+        *slot = PlannedStep {
+            config: cands.get(state).map(|c| c.config),
+            expected_samples: p.samples,
+            expected_leftover_ms: p.leftover,
+        };
+        at = p.pred as usize;
+    }
+    Ok(plan)
+}

@@ -1,0 +1,840 @@
+//! Tests of the horizon planner: the program against brute-force enumeration
+//! of every plan, identical numbers to `liveput()`, conventions (pauses, cold
+//! starts, ties), cache behaviour, odd inputs, and timings.
+
+use super::*;
+use crate::liveput::liveput;
+use crate::{ConfigProfile, StagePartition, TransferPoint};
+
+// ---------------------------------------------------------------- fixtures
+
+/// SplitMix64 (Steele, Lea, Flood 2014): small, deterministic, good enough.
+pub(crate) struct SplitMix64(pub(crate) u64);
+
+impl SplitMix64 {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n`.
+    pub(crate) fn below(&mut self, n: u32) -> u32 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u32
+    }
+}
+
+/// Contiguous partition of `params` (per layer) into `pp` stages, the first
+/// stage holding the embedding, leftovers to the stages before the last.
+fn partition_of(params: &[u64], pp: u32) -> StagePartition {
+    let body = params.len() - 1;
+    let pp_us = pp as usize;
+    let mut counts = vec![body / pp_us; pp_us];
+    counts[0] += 1;
+    for i in 0..body % pp_us {
+        counts[pp_us.saturating_sub(2 + i)] += 1;
+    }
+    let mut start = 0;
+    let mut layers_per_stage = Vec::new();
+    let mut state_bytes_per_stage = Vec::new();
+    for n in counts {
+        layers_per_stage.push(n as u32);
+        state_bytes_per_stage.push(params[start..start + n].iter().sum::<u64>() * 12);
+        start += n;
+    }
+    StagePartition { pipeline_stages: pp, layers_per_stage, state_bytes_per_stage }
+}
+
+/// A profile over `configs` (`(d, p, samples/s)`) whose migrations cost
+/// seconds: restarts ~10 s plus transfers at ~1 GB/s of a ~1.7 GB state, and
+/// a restart loses half of `checkpoint_interval_ms` of work.
+pub(crate) fn profile_of(
+    params: &[u64],
+    configs: &[(u32, u32, f64)],
+    checkpoint_interval_ms: f64,
+) -> ModelProfile {
+    let mut depths: Vec<u32> = configs.iter().map(|c| c.1).collect();
+    depths.sort_unstable();
+    depths.dedup();
+    ModelProfile {
+        model: "toy".into(),
+        global_batch_size: 64,
+        micro_batch_size: 1,
+        configs: configs
+            .iter()
+            .map(|&(d, p, sps)| {
+                let groups = f64::from(d + p + 1 + d * p);
+                ConfigProfile {
+                    config: ParallelConfig::new(d, p),
+                    samples_per_second: sps,
+                    iteration_ms: if sps > 0.0 { 64_000.0 / sps } else { 0.0 },
+                    comm_rebuild_add_ms: 35.0 + groups * 300.0,
+                    comm_rebuild_remove_ms: 35.0 + groups * 40.0,
+                    model_build_ms: 200.0 + 2000.0 / f64::from(p),
+                }
+            })
+            .collect(),
+        partitions: depths.iter().map(|&p| partition_of(params, p)).collect(),
+        transfer_curve: vec![
+            TransferPoint { bytes: 1 << 10, micros: 100.0 },
+            TransferPoint { bytes: 1 << 30, micros: 1_000_000.0 },
+        ],
+        rendezvous_ms: 3000.0,
+        process_start_ms: 500.0,
+        add_extra_ms: 1000.0,
+        checkpoint_restart_ms: 5000.0,
+        checkpoint_interval_ms,
+    }
+}
+
+/// Small uneven model: embedding, 7 blocks, head (~1.7 GB of state).
+const TOY: [u64; 9] = [
+    30_000_000, 10_000_000, 20_000_000, 15_000_000, 10_000_000, 25_000_000, 12_000_000, 8_000_000, 10_000_000,
+];
+
+pub(crate) fn toy_profile(configs: &[(u32, u32, f64)], checkpoint_interval_ms: f64) -> ModelProfile {
+    profile_of(&TOY, configs, checkpoint_interval_ms)
+}
+
+/// Every layout cost zero: no transfer curve, no start-up, no lost work.
+fn free_profile(configs: &[(u32, u32, f64)]) -> ModelProfile {
+    let mut p = toy_profile(configs, 0.0);
+    for c in &mut p.configs {
+        c.comm_rebuild_add_ms = 0.0;
+        c.comm_rebuild_remove_ms = 0.0;
+        c.model_build_ms = 0.0;
+    }
+    p.transfer_curve.clear();
+    p.rendezvous_ms = 0.0;
+    p.process_start_ms = 0.0;
+    p.add_extra_ms = 0.0;
+    p.checkpoint_restart_ms = 0.0;
+    p
+}
+
+fn cfg(d: u32, p: u32) -> Option<ParallelConfig> {
+    Some(ParallelConfig::new(d, p))
+}
+
+fn step(instances_before: u32, preempted: u32, arrived: u32) -> Step {
+    Step { instances_before, preempted, arrived }
+}
+
+/// The program's conventions applied to one transition: the old layout only
+/// counts if it is in the profile and fits.
+fn from_fit(profile: &ModelProfile, from: Option<ParallelConfig>, before: u32) -> Option<ParallelConfig> {
+    from.filter(|c| {
+        c.data_parallel > 0
+            && c.pipeline_stages > 0
+            && profile.config(*c).is_some()
+            && c.instances() <= u64::from(before)
+    })
+}
+
+/// `liveput()` of one interval, with the program's conventions for `from`.
+fn value_of(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    s: &Step,
+    to: Option<ParallelConfig>,
+    interval_ms: u64,
+    carry: f64,
+) -> (f64, f64) {
+    let from = from_fit(profile, from, s.instances_before);
+    let v = liveput(profile, from, s.instances_before, s.preempted, s.arrived, to, interval_ms as f64, carry)
+        .unwrap();
+    (v.expected_samples, v.expected_leftover_ms)
+}
+
+/// `liveput()` along a plan: per-step (samples, leftover).
+fn evaluate(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    configs: &[Option<ParallelConfig>],
+    interval_ms: u64,
+) -> Vec<(f64, f64)> {
+    let (mut from, mut carry) = (current, carried_ms);
+    let mut out = Vec::new();
+    for (s, &to) in steps.iter().zip(configs) {
+        let v = value_of(profile, from, s, to, interval_ms, carry);
+        out.push(v);
+        carry = v.1;
+        from = to;
+    }
+    out
+}
+
+/// Best total value by enumerating every plan (sharing prefixes).
+fn brute_force(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    interval_ms: u64,
+) -> f64 {
+    #[allow(clippy::too_many_arguments)]
+    fn go(
+        profile: &ModelProfile,
+        steps: &[Step],
+        interval_ms: u64,
+        from: Option<ParallelConfig>,
+        carry: f64,
+        acc: f64,
+    ) -> f64 {
+        let Some((s, rest)) = steps.split_first() else {
+            return acc;
+        };
+        let after = s.instances_after().unwrap();
+        let mut best = f64::NEG_INFINITY;
+        let mut options: Vec<Option<ParallelConfig>> = vec![None];
+        for c in &profile.configs {
+            if c.config.instances() <= after && !options.contains(&Some(c.config)) {
+                options.push(Some(c.config));
+            }
+        }
+        for to in options {
+            let (samples, leftover) = value_of(profile, from, s, to, interval_ms, carry);
+            best = best.max(go(profile, rest, interval_ms, to, leftover, acc + samples));
+        }
+        best
+    }
+    go(profile, steps, interval_ms, current, carried_ms, 0.0)
+}
+
+fn total(plan: &[PlannedStep]) -> f64 {
+    plan.iter().fold(0.0, |acc, s| acc + s.expected_samples)
+}
+
+fn configs_of(plan: &[PlannedStep]) -> Vec<Option<ParallelConfig>> {
+    plan.iter().map(|s| s.config).collect()
+}
+
+/// The plan's own numbers are `liveput()`'s along it, bit for bit.
+fn assert_self_consistent(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    interval_ms: u64,
+    plan: &[PlannedStep],
+) {
+    assert_consistent_with(profile, current, carried_ms, steps, interval_ms, plan);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assert_consistent_with(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    interval_ms: u64,
+    plan: &[PlannedStep],
+) {
+    let numbers = evaluate(profile, current, carried_ms, steps, &configs_of(plan), interval_ms);
+    for (k, (s, (samples, leftover))) in plan.iter().zip(numbers).enumerate() {
+        assert_eq!(s.expected_samples, samples, "step {k}");
+        assert_eq!(s.expected_leftover_ms, leftover, "step {k}");
+    }
+}
+
+/// Pool of small layouts with distinct shapes (depths 1, 2, 4).
+const POOL: [(u32, u32, f64); 9] = [
+    (1, 1, 6.0),
+    (2, 1, 11.0),
+    (1, 2, 9.0),
+    (2, 2, 17.0),
+    (3, 2, 23.0),
+    (1, 4, 12.0),
+    (2, 4, 21.0),
+    (4, 2, 27.0),
+    (3, 1, 14.0),
+];
+
+fn random_case(rng: &mut SplitMix64) -> (ModelProfile, Option<ParallelConfig>, f64, Vec<Step>, u64) {
+    let n_configs = 4 + rng.below(3) as usize;
+    let mut picked: Vec<(u32, u32, f64)> = Vec::new();
+    while picked.len() < n_configs {
+        let c = POOL[rng.below(POOL.len() as u32) as usize];
+        if !picked.iter().any(|p| (p.0, p.1) == (c.0, c.1)) {
+            picked.push(c);
+        }
+    }
+    // Lost work of 15-60 s per restart: leftovers above the interval.
+    let ckpt = [0.0, 30_000.0, 120_000.0][rng.below(3) as usize];
+    let profile = toy_profile(&picked, ckpt);
+    let horizon = 1 + rng.below(4) as usize;
+    let mut before = rng.below(9);
+    let mut steps = Vec::new();
+    for _ in 0..horizon {
+        let preempted = if rng.below(2) == 0 { 0 } else { rng.below(before + 1) };
+        let arrived = if rng.below(3) == 0 { rng.below(4) } else { 0 };
+        let s = step(before, preempted, arrived);
+        before = s.instances_after().unwrap() as u32;
+        steps.push(s);
+    }
+    let current = match rng.below(4) {
+        0 => None,
+        _ => {
+            let c = picked[rng.below(picked.len() as u32) as usize];
+            cfg(c.0, c.1)
+        }
+    };
+    let carried = [0.0, 0.0, 7_000.0, 45_000.0][rng.below(4) as usize];
+    let interval_ms = [10_000, 20_000, 60_000][rng.below(3) as usize];
+    (profile, current, carried, steps, interval_ms)
+}
+
+// ---------------------------------------------------------------- optimality
+
+#[test]
+fn matches_brute_force() {
+    {
+        let options = PlanOptions::default();
+        let mut rng = SplitMix64(2024);
+        let mut cache = TransitionCache::default();
+        let (mut with_leftover, mut over_interval, mut restarts_lost, mut pauses, mut cap2_worse) =
+            (0, 0, 0, 0, 0);
+        let cases = 120;
+        for case in 0..cases {
+            let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+            let plan =
+                best_plan_with(&profile, current, carried, &steps, interval_ms, options, &mut cache).unwrap();
+            assert_eq!(plan.len(), steps.len());
+            let brute = brute_force(&profile, current, carried, &steps, interval_ms);
+            let dp = total(&plan);
+            assert!(
+                (dp - brute).abs() <= 1e-9 * brute.abs().max(1.0),
+                "case {case}: dp {dp} brute {brute}\n{profile:?}\n{current:?} {carried} {steps:?} \
+                 {interval_ms}\n{plan:?}"
+            );
+            assert_consistent_with(&profile, current, carried, &steps, interval_ms, &plan);
+            // A fresh cache gives the same plan.
+            let mut fresh = TransitionCache::default();
+            let again =
+                best_plan_with(&profile, current, carried, &steps, interval_ms, options, &mut fresh).unwrap();
+            assert_eq!(again, plan, "case {case}");
+            with_leftover += usize::from(plan.iter().any(|s| s.expected_leftover_ms > 0.0));
+            over_interval += usize::from(plan.iter().any(|s| s.expected_leftover_ms > interval_ms as f64));
+            pauses += usize::from(plan.iter().any(|s| s.config.is_none()));
+            restarts_lost +=
+                usize::from(profile.checkpoint_interval_ms > 0.0 && steps.iter().any(|s| s.preempted > 0));
+            // The smallest cap: never better, and how often worse.
+            let small = PlanOptions { max_front: 2 };
+            let capped =
+                best_plan_with(&profile, current, carried, &steps, interval_ms, small, &mut fresh).unwrap();
+            assert!(total(&capped) <= dp + 1e-9 * dp.abs().max(1.0));
+            cap2_worse += usize::from(total(&capped) < dp - 1e-9 * dp.abs().max(1.0));
+        }
+        let stats = cache.stats();
+        assert_eq!(stats.front_truncations, 0);
+        // The cases must exercise what the fronts are for.
+        assert!(with_leftover >= 10 && stats.largest_front >= 2, "{with_leftover} {stats:?}");
+        assert!(restarts_lost >= 20 && pauses >= 5, "{restarts_lost} {pauses}");
+        println!(
+            "{with_leftover} plans carry a leftover ({over_interval} above the interval), \
+             largest front {}, plans worse with fronts of 2: {cap2_worse}/{cases}",
+            stats.largest_front
+        );
+    }
+}
+
+/// Hand-made cases where the best plan is known.
+#[test]
+fn known_plans() {
+    let interval_ms = 20_000;
+    // Zero costs: the fastest layout that fits, every step; pause where
+    // nothing fits.
+    let p = free_profile(&[(1, 2, 10.0), (2, 2, 19.0), (1, 4, 12.0), (4, 2, 30.0)]);
+    let steps = [step(4, 0, 0), step(4, 0, 4), step(8, 5, 0), step(3, 2, 0), step(1, 0, 0)];
+    let plan = best_plan(&p, None, 0.0, &steps, interval_ms, &mut TransitionCache::default()).unwrap();
+    assert_eq!(configs_of(&plan), [cfg(2, 2), cfg(4, 2), cfg(1, 2), None, None]);
+    assert_eq!(plan[1].expected_samples, 30.0 * 20.0);
+    assert_eq!(plan[3].expected_samples, 0.0);
+
+    // Costly moves: a lasting rise is worth a migration. (A one-interval rise
+    // may be too: 3x2 survives the fall with no stage wiped, 2x2 plus two
+    // spares loses a whole stage with probability 2/15.)
+    let p = toy_profile(&[(1, 2, 10.0), (2, 2, 19.0), (3, 2, 26.0)], 0.0);
+    let mut cache = TransitionCache::default();
+    let blip = [step(4, 0, 0), step(4, 0, 2), step(6, 2, 0), step(4, 0, 0)];
+    let plan = best_plan(&p, cfg(2, 2), 0.0, &blip, interval_ms, &mut cache).unwrap();
+    assert_eq!(total(&plan), brute_force(&p, cfg(2, 2), 0.0, &blip, interval_ms));
+    let rise = [step(4, 0, 0), step(4, 0, 2), step(6, 0, 0), step(6, 0, 0), step(6, 0, 0)];
+    let plan = best_plan(&p, cfg(2, 2), 0.0, &rise, interval_ms, &mut cache).unwrap();
+    assert_eq!(configs_of(&plan), [cfg(2, 2), cfg(3, 2), cfg(3, 2), cfg(3, 2), cfg(3, 2)]);
+    assert_eq!(plan[0].expected_samples, 19.0 * 20.0, "staying with nothing lost is free");
+}
+
+/// A leftover longer than the interval passes through whole intervals, and a
+/// pause cannot abandon it: the migration runs on during the pause.
+#[test]
+fn carried_leftover_spans_intervals() {
+    let p = toy_profile(&[(1, 2, 10.0), (2, 2, 19.0)], 0.0);
+    let steps = [step(4, 0, 0); 4];
+    let mut cache = TransitionCache::default();
+    let plan = best_plan(&p, cfg(2, 2), 45_000.0, &steps, 20_000, &mut cache).unwrap();
+    assert_eq!(configs_of(&plan), [cfg(2, 2); 4]);
+    let leftovers: Vec<f64> = plan.iter().map(|s| s.expected_leftover_ms).collect();
+    assert_eq!(leftovers, [25_000.0, 5_000.0, 0.0, 0.0]);
+    let samples: Vec<f64> = plan.iter().map(|s| s.expected_samples).collect();
+    assert_eq!(samples, [0.0, 0.0, 19.0 * 15.0, 19.0 * 20.0]);
+    assert_consistent_with(&p, cfg(2, 2), 45_000.0, &steps, 20_000, &plan);
+    assert_eq!(total(&plan), brute_force(&p, cfg(2, 2), 45_000.0, &steps, 20_000));
+    let pause_first =
+        evaluate(&p, cfg(2, 2), 45_000.0, &steps, &[None, cfg(2, 2), cfg(2, 2), cfg(2, 2)], 20_000);
+    assert_eq!(pause_first[0], (0.0, 25_000.0), "the pause carries the migration on");
+}
+
+// ---------------------------------------------------------------- conventions
+
+#[test]
+fn conventions() {
+    let p = toy_profile(&[(1, 2, 10.0), (2, 2, 19.0)], 30_000.0);
+    let mut cache = TransitionCache::default();
+    // Empty horizon.
+    assert_eq!(best_plan(&p, cfg(2, 2), 0.0, &[], 1000, &mut cache).unwrap(), vec![]);
+    // Nothing fits: pauses; only the first step's wiped stage loses work.
+    let plan = best_plan(&p, cfg(2, 2), 0.0, &[step(4, 3, 0), step(1, 0, 0)], 1000, &mut cache).unwrap();
+    assert!(plan.iter().all(|s| s.config.is_none()));
+    let lost = crate::liveput::lost_work_ms(&p) * 19.0 / 1000.0;
+    assert_eq!((plan[0].expected_samples, plan[1].expected_samples), (-lost, 0.0));
+    // An empty profile pauses.
+    let mut empty = p.clone();
+    empty.configs.clear();
+    let plan = best_plan(&empty, None, 0.0, &[step(4, 0, 0)], 1000, &mut cache).unwrap();
+    assert_eq!(configs_of(&plan), [None]);
+    // `current` not in the profile, or not fitting, is a cold start.
+    let steps = [step(4, 1, 0), step(3, 0, 1)];
+    let cold = best_plan(&p, None, 0.0, &steps, 60_000, &mut cache).unwrap();
+    for odd in [cfg(7, 7), cfg(0, 2), cfg(3, 2)] {
+        assert_eq!(best_plan(&p, odd, 0.0, &steps, 60_000, &mut cache).unwrap(), cold, "{odd:?}");
+    }
+    let steps = [step(3, 0, 1), step(4, 0, 0)];
+    let cold = best_plan(&p, None, 0.0, &steps, 60_000, &mut cache).unwrap();
+    assert_eq!(best_plan(&p, cfg(2, 2), 0.0, &steps, 60_000, &mut cache).unwrap(), cold);
+    // Inconsistent steps: a layout that does not fit the next step's
+    // `instances_before` restarts cold, no error.
+    let plan = best_plan(&p, cfg(2, 2), 0.0, &[step(4, 0, 0), step(2, 0, 2)], 60_000, &mut cache).unwrap();
+    assert_self_consistent(&p, cfg(2, 2), 0.0, &[step(4, 0, 0), step(2, 0, 2)], 60_000, &plan);
+    // Errors, not panics.
+    assert!(matches!(
+        best_plan(&p, None, 0.0, &[step(2, 3, 0)], 1000, &mut cache),
+        Err(LiveputError::PreemptedAboveInstances { .. })
+    ));
+    assert!(matches!(
+        best_plan(&p, None, 0.0, &[step(MAX_INSTANCES + 1, 0, 0)], 1000, &mut cache),
+        Err(LiveputError::TooManyInstances { .. })
+    ));
+    assert!(matches!(
+        best_plan(&p, None, 0.0, &[step(MAX_INSTANCES, 0, 1)], 1000, &mut cache),
+        Err(LiveputError::TooManyInstances { .. })
+    ));
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        assert!(matches!(
+            best_plan(&p, None, bad, &[step(4, 0, 0)], 1000, &mut cache),
+            Err(LiveputError::BadTime { .. })
+        ));
+    }
+    let mut nan = p.clone();
+    nan.configs[0].samples_per_second = f64::NAN;
+    assert!(matches!(
+        best_plan(&nan, None, 0.0, &[step(4, 0, 0)], 1000, &mut cache),
+        Err(LiveputError::BadProfileValue { .. })
+    ));
+    let mut no_partition = p.clone();
+    no_partition.partitions.clear();
+    assert!(best_plan(&no_partition, None, 0.0, &[step(4, 0, 0)], 1000, &mut cache).is_err());
+}
+
+#[test]
+fn ties_are_deterministic() {
+    // Equal throughput and zero costs: everything ties.
+    let p = free_profile(&[(1, 4, 20.0), (2, 2, 20.0), (4, 1, 20.0), (1, 2, 20.0)]);
+    let steps = [step(4, 0, 0); 3];
+    let mut cache = TransitionCache::default();
+    // Staying in `current` wins a tie.
+    let plan = best_plan(&p, cfg(2, 2), 0.0, &steps, 1000, &mut cache).unwrap();
+    assert_eq!(configs_of(&plan), [cfg(2, 2); 3]);
+    // From nothing: fewer instances, then fewer stages.
+    let plan = best_plan(&p, None, 0.0, &steps, 1000, &mut cache).unwrap();
+    assert_eq!(configs_of(&plan), [cfg(1, 2); 3]);
+    // Profile order does not matter.
+    let mut reversed = p.clone();
+    reversed.configs.reverse();
+    assert_eq!(
+        configs_of(&best_plan(&reversed, None, 0.0, &steps, 1000, &mut cache).unwrap()),
+        [cfg(1, 2); 3]
+    );
+    // Zero-length intervals: nothing to gain, stay or pause, never an error.
+    let plan = best_plan(&p, cfg(4, 1), 0.0, &steps, 0, &mut cache).unwrap();
+    assert_eq!(configs_of(&plan), [cfg(4, 1); 3]);
+    // Duplicate entries count once (the first).
+    let mut dup = p.clone();
+    dup.configs.push(dup.configs[0].clone());
+    dup.configs[4].samples_per_second = 99.0;
+    assert_eq!(configs_of(&best_plan(&dup, None, 0.0, &steps, 1000, &mut cache).unwrap()), [cfg(1, 2); 3]);
+}
+
+/// With every cost zero, the optimum is the fastest fitting layout per step,
+/// so more instances never lower it.
+#[test]
+fn free_moves_are_monotone_in_instances() {
+    let p = free_profile(&POOL);
+    let mut cache = TransitionCache::default();
+    let mut rng = SplitMix64(5);
+    for _ in 0..50 {
+        let counts: Vec<u32> = (0..5).map(|_| rng.below(10)).collect();
+        let mut last = f64::NEG_INFINITY;
+        for extra in 0..4 {
+            let lifted: Vec<IntervalStats> = IntervalStats::chain_from(counts[0] + extra, &{
+                counts.iter().map(|&c| c + extra).collect::<Vec<_>>()
+            });
+            let steps = Step::chain(counts[0] + extra, &lifted);
+            let plan = best_plan(&p, None, 0.0, &steps, 1000, &mut cache).unwrap();
+            let expected: f64 = steps.iter().fold(0.0, |acc, s| {
+                let after = s.instances_after().unwrap();
+                acc + crate::reactive::best_config_for(&p, after as u32).map_or(0.0, |c| c.samples_per_second)
+            });
+            assert!((total(&plan) - expected).abs() < 1e-9, "{} vs {expected}", total(&plan));
+            assert!(total(&plan) >= last);
+            last = total(&plan);
+        }
+    }
+}
+
+#[test]
+fn step_helpers() {
+    assert_eq!(Step::between(5, 7, 1), step(5, 1, 3));
+    assert_eq!(Step::between(5, 2, 1), step(5, 3, 0));
+    assert_eq!(Step::between(2, 4, 9), step(2, 2, 4));
+    assert_eq!(step(2, 3, 0).instances_after(), None);
+    let intervals = IntervalStats::chain_from(4, &[6, 3, 3]);
+    assert_eq!(Step::chain(4, &intervals), [step(4, 0, 2), step(6, 3, 0), step(3, 0, 0)]);
+}
+
+// ---------------------------------------------------------------- cache
+
+#[test]
+fn cache_is_bounded_and_transparent() {
+    let mut rng = SplitMix64(99);
+    let mut big = TransitionCache::default();
+    let mut tiny = TransitionCache::with_bounds(8, 64);
+    let mut fresh_calls = 0;
+    for _ in 0..40 {
+        let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+        // The same profile twice in a row, then a new one.
+        for _ in 0..2 {
+            let a = best_plan(&profile, current, carried, &steps, interval_ms, &mut big).unwrap();
+            let b = best_plan(&profile, current, carried, &steps, interval_ms, &mut tiny).unwrap();
+            assert_eq!(a, b);
+            fresh_calls += 1;
+        }
+    }
+    let (b, t) = (big.stats(), tiny.stats());
+    assert!(b.clears >= 20 && t.clears > b.clears, "{b:?} {t:?}");
+    assert!(b.hits > b.misses, "{b:?}");
+    assert_eq!(b.plans, fresh_calls);
+    big.clear();
+    assert!(big.is_empty());
+}
+
+/// What the shared table of steps without preemptions relies on.
+#[test]
+fn zero_preemption_distributions_ignore_the_fleet() {
+    let p = toy_profile(&POOL, 30_000.0);
+    let layouts: Vec<Option<ParallelConfig>> =
+        p.configs.iter().map(|c| Some(c.config)).chain([None]).collect();
+    for &from in &layouts {
+        for &to in &layouts[..layouts.len() - 1] {
+            let need = from.map_or(0, |c| c.instances()).max(to.map_or(0, |c| c.instances())) as u32;
+            let reference = crate::liveput::transition_distribution(&p, from, need, 0, 0, to).unwrap();
+            for n in need..need + 12 {
+                let d = crate::liveput::transition_distribution(&p, from, n, 0, 0, to).unwrap();
+                assert_eq!(d, reference, "{from:?} -> {to:?} on {n}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- odd inputs
+
+#[test]
+fn odd_inputs_never_panic() {
+    let mut rng = SplitMix64(3);
+    let mut cache = TransitionCache::default();
+    let mut ok = 0;
+    for _ in 0..300 {
+        let mut configs: Vec<(u32, u32, f64)> =
+            (0..rng.below(6)).map(|_| (rng.below(4), rng.below(5), f64::from(rng.below(30)))).collect();
+        if rng.below(5) == 0 {
+            configs.push((1, 3, 5.0));
+        }
+        let mut profile =
+            toy_profile(&configs.iter().filter(|c| c.1 > 0).copied().collect::<Vec<_>>(), 10_000.0);
+        profile.configs.extend(configs.iter().filter(|c| c.1 == 0).map(|&(d, p, s)| ConfigProfile {
+            config: ParallelConfig::new(d, p),
+            samples_per_second: s,
+            iteration_ms: 1.0,
+            comm_rebuild_add_ms: 0.0,
+            comm_rebuild_remove_ms: 0.0,
+            model_build_ms: 0.0,
+        }));
+        if rng.below(6) == 0 {
+            profile.partitions.pop();
+        }
+        let steps: Vec<Step> =
+            (0..rng.below(5)).map(|_| step(rng.below(12), rng.below(8), rng.below(8))).collect();
+        let current = if rng.below(3) == 0 { None } else { cfg(rng.below(4), rng.below(5)) };
+        let interval_ms = [0, 1, 1000, 60_000, u64::MAX][rng.below(5) as usize];
+        if let Ok(plan) = best_plan(&profile, current, 0.0, &steps, interval_ms, &mut cache) {
+            ok += 1;
+            assert_eq!(plan.len(), steps.len());
+            for (s, p) in steps.iter().zip(&plan) {
+                // Samples go below zero only by the work a restart loses.
+                let floor =
+                    -crate::liveput::lost_work_ms(&profile) * profile.peak_samples_per_second() / 1000.0;
+                assert!(p.expected_samples >= floor * (1.0 + 1e-9) && p.expected_leftover_ms >= 0.0);
+                if let Some(c) = p.config {
+                    assert!(c.instances() <= s.instances_after().unwrap());
+                    assert!(profile.config(c).is_some());
+                }
+            }
+        }
+    }
+    assert!(ok > 100, "{ok}");
+}
+
+// ---------------------------------------------------------------- timing
+
+/// The point-to-point curve of the p3 cluster (the artifact's
+/// `CostModel.p2p_volume_to_cost`, bytes -> µs), as in the liveput tests.
+const P3_CURVE: [(u64, f64); 12] = [
+    (4, 142.907),
+    (1024, 137.372),
+    (65536, 194.492),
+    (262144, 385.104),
+    (1048576, 1428.108),
+    (4194304, 5182.599),
+    (16777216, 18622.294),
+    (67108864, 74432.216),
+    (134217728, 153550.589),
+    (268435456, 305811.282),
+    (536870912, 601380.752),
+    (1073741824, 1198255.900),
+];
+
+/// A profile shaped like one model of `p3-v100-parcae.json`: the same
+/// layouts, synthetic throughput, the artifact's GPT communicator rule and the
+/// p3 constants.
+fn p3_like(name: &str) -> ModelProfile {
+    let (depths, min_d, layers, per_layer, embed): (Vec<u32>, u32, usize, u64, u64) = match name {
+        "gpt-1.5b" => ((6..=32).collect(), 1, 48, 30_740_800, 82_124_800),
+        "gpt-6.7b" => ((12..=16).collect(), 1, 32, 201_379_840, 214_433_792),
+        "bert" => (vec![2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16], 1, 24, 12_596_224, 31_782_912),
+        "resnet152" => (vec![2, 4, 6, 8, 10, 12, 14, 16], 1, 50, 1_000_000, 2_000_000),
+        _ => ((2..=9).collect(), 2, 18, 7_000_000, 2_000_000),
+    };
+    let max_d = if name == "gpt-6.7b" { 2 } else { 32 };
+    let mut configs = Vec::new();
+    for &p in &depths {
+        for d in min_d..=max_d {
+            if d * p <= 32 {
+                // Sub-linear in d, a pipeline bubble in p, a deterministic wobble.
+                let wobble = 1.0 + 0.15 * (f64::from(d * 7 + p * 3)).sin();
+                configs.push((d, p, 40.0 * f64::from(d).powf(0.9) * wobble / (1.0 + 2.0 / f64::from(p))));
+            }
+        }
+    }
+    let mut params = vec![embed];
+    params.extend(std::iter::repeat_n(per_layer, layers));
+    params.push(embed);
+    let mut profile = profile_of(&params, &configs, 1_800_000.0);
+    for c in &mut profile.configs {
+        let (d, p) = (c.config.data_parallel, c.config.pipeline_stages);
+        let groups = f64::from(d + p + 1 + d * p);
+        c.comm_rebuild_add_ms = 35.0 + groups * 500.0;
+        c.comm_rebuild_remove_ms = 35.0 + groups * 39.3;
+        c.model_build_ms = 234.8 + 430.0 * f64::from(48u32.div_ceil(p));
+    }
+    profile.transfer_curve =
+        P3_CURVE.iter().map(|&(bytes, micros)| TransferPoint { bytes, micros }).collect();
+    profile.rendezvous_ms = 6600.0;
+    profile.process_start_ms = 240.0;
+    profile.add_extra_ms = 2000.0;
+    profile.checkpoint_restart_ms = 14_000.0;
+    profile
+}
+
+/// A 683-interval availability trace of a 32-instance fleet: `p3-events.csv`
+/// (`ms,add|remove,node`) when `PARCAE_P3_EVENTS` names it, else a synthetic
+/// one with similar statistics (about a quarter of the intervals change, by 1
+/// to 6 instances, between 8 and 32).
+fn trace() -> (u32, Vec<IntervalStats>) {
+    const N: usize = 683;
+    if let Ok(path) = std::env::var("PARCAE_P3_EVENTS") {
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut arrivals = vec![0u32; N];
+        let mut preemptions = vec![0u32; N];
+        for line in text.lines() {
+            let mut it = line.split(',');
+            let (Some(t), Some(kind)) = (it.next(), it.next()) else { continue };
+            let Ok(t) = t.trim().parse::<u64>() else { continue };
+            let i = (t / 60_000) as usize;
+            if i < N {
+                if kind.trim() == "add" { arrivals[i] += 1 } else { preemptions[i] += 1 }
+            }
+        }
+        let mut n = 0u32;
+        let stats = (0..N)
+            .map(|i| {
+                n = n + arrivals[i] - preemptions[i];
+                IntervalStats { instances: n, arrivals: arrivals[i], preemptions: preemptions[i] }
+            })
+            .collect();
+        return (0, stats);
+    }
+    let mut rng = SplitMix64(683);
+    let mut n = 24u32;
+    let mut stats = Vec::with_capacity(N);
+    for _ in 0..N {
+        let (mut out, mut inn) = (0, 0);
+        match rng.below(8) {
+            0 => out = (1 + rng.below(6)).min(n.saturating_sub(8)),
+            1 => inn = (1 + rng.below(6)).min(32 - n),
+            2 if rng.below(3) == 0 => {
+                out = 1.min(n);
+                inn = 1;
+            }
+            _ => {}
+        }
+        n = n - out + inn;
+        stats.push(IntervalStats { instances: n, arrivals: inn, preemptions: out });
+    }
+    (24, stats)
+}
+
+/// Intervals paused although some layout fits.
+fn strategic_pauses(profile: &ModelProfile, steps: &[Step], configs: &[Option<ParallelConfig>]) -> usize {
+    steps
+        .iter()
+        .zip(configs)
+        .filter(|(s, c)| {
+            c.is_none()
+                && profile.configs.iter().any(|k| k.config.instances() <= s.instances_after().unwrap())
+        })
+        .count()
+}
+
+/// Timings in release mode:
+/// `cargo test --release -p parcae-policy-core plan::tests::timing -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing; run in release with --ignored --nocapture"]
+fn timing() {
+    use std::time::Instant;
+    let interval_ms = 60_000;
+    let (start, intervals) = trace();
+    let steps = Step::chain(start, &intervals);
+
+    // One call, N = 32, H = 12, preemptions of 1-4 instances on the way.
+    let gpt = p3_like("gpt-1.5b");
+    println!("gpt-1.5b-like profile: {} layouts", gpt.configs.len());
+    let h12 = [
+        step(32, 2, 0),
+        step(30, 0, 0),
+        step(30, 0, 2),
+        step(32, 4, 0),
+        step(28, 0, 0),
+        step(28, 1, 1),
+        step(28, 0, 4),
+        step(32, 3, 0),
+        step(29, 0, 0),
+        step(29, 0, 3),
+        step(32, 0, 0),
+        step(32, 2, 0),
+    ];
+    let current = cfg(2, 16);
+    let t = Instant::now();
+    let mut cold = TransitionCache::default();
+    let plan = best_plan(&gpt, current, 0.0, &h12, interval_ms, &mut cold).unwrap();
+    let first = t.elapsed();
+    let reps = 200;
+    let t = Instant::now();
+    for _ in 0..reps {
+        best_plan(&gpt, current, 0.0, &h12, interval_ms, &mut cold).unwrap();
+    }
+    let warm = t.elapsed() / reps;
+    println!(
+        "one call N=32 H=12: {:.2} ms cold cache ({} distributions), {:.3} ms warm; plan {:?}",
+        first.as_secs_f64() * 1e3,
+        cold.stats().misses,
+        warm.as_secs_f64() * 1e3,
+        configs_of(&plan).iter().map(|c| c.map_or("pause".into(), |c| c.to_string())).collect::<Vec<_>>()
+    );
+
+    // Receding horizon over the trace, H = 12, per model: true future and a
+    // flat (persistence) forecast; the plan's first step is applied and judged
+    // by `liveput()` along the true steps with the carry (the optimizer itself
+    // starts every plan from 0, as the guest does). Then the Oracle: the whole
+    // trace in one program. Both pause rules.
+    let mut all = std::time::Duration::ZERO;
+    for name in ["gpt-1.5b", "gpt-6.7b", "bert", "resnet152", "vgg19"] {
+        let profile = p3_like(name);
+        {
+            let options = PlanOptions::default();
+            for forecast in ["true", "flat"] {
+                let mut cache = TransitionCache::default();
+                let mut chosen = Vec::with_capacity(steps.len());
+                let t = Instant::now();
+                for k in 0..steps.len() {
+                    let mut window: Vec<Step> = steps[k..(k + 12).min(steps.len())].to_vec();
+                    if forecast == "flat" {
+                        let now = window[0].instances_after().unwrap() as u32;
+                        window.truncate(1);
+                        window.resize(12, step(now, 0, 0));
+                    }
+                    let current = chosen.last().copied().flatten();
+                    let plan =
+                        best_plan_with(&profile, current, 0.0, &window, interval_ms, options, &mut cache)
+                            .unwrap();
+                    chosen.push(plan[0].config);
+                }
+                let e = t.elapsed();
+                all += e;
+                let s = cache.stats();
+                let realised: f64 =
+                    evaluate(&profile, None, 0.0, &steps, &chosen, interval_ms).iter().map(|v| v.0).sum();
+                println!(
+                    "{name:<10} {:>2} layouts, receding H=12, {forecast} forecast: {:>6.1} ms \
+                     ({:.3} ms/call), {:>6} distributions, front <= {}, truncations {}, realised {realised:.0}, \
+                     pauses where a layout fits {}",
+                    profile.configs.len(),
+                    e.as_secs_f64() * 1e3,
+                    e.as_secs_f64() * 1e3 / 683.0,
+                    s.misses,
+                    s.largest_front,
+                    s.front_truncations,
+                    strategic_pauses(&profile, &steps, &chosen),
+                );
+            }
+            let mut cache = TransitionCache::default();
+            let t = Instant::now();
+            let plan = best_plan_with(&profile, None, 0.0, &steps, interval_ms, options, &mut cache).unwrap();
+            let s = cache.stats();
+            let configs = configs_of(&plan);
+            println!(
+                "{name:<10} oracle over 683 steps: {:.1} ms, {:.0} samples, front <= {}, truncations {}, \
+                 pauses where a layout fits {}",
+                t.elapsed().as_secs_f64() * 1e3,
+                total(&plan),
+                s.largest_front,
+                s.front_truncations,
+                strategic_pauses(&profile, &steps, &configs),
+            );
+        }
+    }
+    println!("all receding runs: {:.2} s", all.as_secs_f64());
+}

@@ -1,0 +1,71 @@
+//! The paper's policy as a guest component decides exactly as the same code
+//! called natively, within the default sandbox budgets, on the real profile.
+
+use parcae_costmodel::{CostConstants, Profile};
+use parcae_e2e::{history, policy_wasm, workspace_root};
+use parcae_policy_core::arima::Arima;
+use parcae_policy_core::optimizer::Liveput;
+use parcae_policy_core::{
+    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, PredictRequest, Predictor,
+};
+use parcae_runtime::{PolicyInstance, PolicyRuntime, SandboxLimits};
+
+fn gpt_profile() -> ModelProfile {
+    let root = workspace_root();
+    let profile = Profile::load(root.join("../shared/profiles/p3-v100-parcae.json"))
+        .expect("../shared/profiles/p3-v100-parcae.json (the shared folder beside the checkout)");
+    let constants = CostConstants::load(root.join("profiles/cost-constants.json")).unwrap();
+    profile.model_profile("gpt-1.5b", &constants).unwrap()
+}
+
+#[test]
+fn guest_matches_native_on_the_p3_profile() {
+    let runtime = PolicyRuntime::new(SandboxLimits::default()).unwrap();
+    let component = runtime.load_file(&policy_wasm("arima_liveput.wasm")).unwrap();
+    assert_eq!(component.exports().world(), "full-policy");
+    let mut guest = PolicyInstance::new(component);
+    let (mut arima, mut liveput) = (Arima::default(), Liveput::default());
+    let profile = gpt_profile();
+
+    // A fleet that shrinks in bursts and recovers, as in the p3 trace.
+    let counts: Vec<u32> = [32, 32, 30, 30, 27, 27, 27, 24, 26, 29, 32, 32, 28, 25, 25, 22, 24, 27, 30, 32]
+        .into_iter()
+        .cycle()
+        .take(40)
+        .collect();
+    let all = history(&counts);
+    let mut current = None;
+    let mut max_fuel = 0;
+    for k in 8..all.len() {
+        let predict = PredictRequest {
+            history: all[..=k].to_vec(),
+            horizon: 11,
+            interval_ms: 60_000,
+            fleet_min: 8,
+            fleet_max: 32,
+        };
+        let forecast = guest.predict(&predict).expect("guest forecast");
+        assert_eq!(forecast, arima.predict(&predict).unwrap(), "interval {k}");
+        max_fuel = max_fuel.max(guest.last_fuel_used());
+
+        let mut planned: Vec<IntervalStats> = vec![all[k]];
+        planned.extend(forecast);
+        let optimize = OptimizeRequest {
+            forecast: planned,
+            instances_now: all[k].instances,
+            current,
+            interval_ms: 60_000,
+            profile: profile.clone(),
+        };
+        let plan = guest.optimize(&optimize).expect("guest plan");
+        assert_eq!(plan, liveput.optimize(&optimize).unwrap(), "interval {k}");
+        max_fuel = max_fuel.max(guest.last_fuel_used());
+        current = plan.steps[0].config;
+    }
+    let budget = SandboxLimits::default().fuel_per_call;
+    println!(
+        "largest call used {max_fuel} fuel ({:.1}% of the default budget)",
+        100.0 * max_fuel as f64 / budget as f64
+    );
+    assert!(max_fuel < budget / 2, "headroom below the default budget: {max_fuel}");
+}
