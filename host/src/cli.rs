@@ -37,6 +37,9 @@ pub enum Command {
     /// Replay the control loop over a trace: forecast, plan and record each
     /// interval's decision with the given policies.
     Replay(ReplayArgs),
+    /// Score policies and reference baselines on traces under the liveput
+    /// cost model: samples, migrations, time lost, cost.
+    Bench(crate::bench::BenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -98,14 +101,14 @@ pub struct TraceInput {
 }
 
 impl TraceInput {
-    fn load(&self, path: &Path) -> anyhow::Result<parcae_traces::Trace> {
+    pub(crate) fn load(&self, path: &Path) -> anyhow::Result<parcae_traces::Trace> {
         Ok(match self.format {
             Some(format) => parcae_traces::load_as(path, format)?,
             None => parcae_traces::load(path)?,
         })
     }
 
-    fn interval_ms(&self) -> anyhow::Result<u64> {
+    pub(crate) fn interval_ms(&self) -> anyhow::Result<u64> {
         anyhow::ensure!(self.interval_seconds > 0, "--interval-seconds must be at least 1");
         Ok(self.interval_seconds * 1000)
     }
@@ -126,7 +129,7 @@ pub struct SandboxArgs {
 }
 
 impl SandboxArgs {
-    fn runtime(&self) -> anyhow::Result<PolicyRuntime> {
+    pub(crate) fn runtime(&self) -> anyhow::Result<PolicyRuntime> {
         Ok(PolicyRuntime::new(SandboxLimits {
             fuel_per_call: self.fuel,
             deadline_per_call: Duration::from_millis(self.deadline_ms),
@@ -188,6 +191,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             trace_convert(&trace, &output, to, &input)
         }
         Command::Replay(args) => replay(&args),
+        Command::Bench(args) => crate::bench::run(&args),
     }
 }
 

@@ -4,6 +4,7 @@
 //! The binary `parcae-host` is a thin shell over [`cli::run`]; everything it does
 //! is reachable from this library so tests and other tools can call it directly.
 
+pub mod bench;
 pub mod cli;
 pub mod embedded;
 pub mod policies;

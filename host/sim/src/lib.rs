@@ -1,0 +1,462 @@
+//! Scores a sequence of parallel-layout decisions on an availability trace
+//! under the liveput cost model (`parcae_policy_core::liveput`).
+//!
+//! A decision sequence has one entry per interval of a per-interval series
+//! (`Some(layout)` runs it, `None` pauses). Interval `k` is scored as the
+//! transition from the layout of interval `k - 1` (none for `k = 0`: a cold
+//! start), running on the `series[k - 1].instances` alive before the interval
+//! (0 for `k = 0`), through the interval's preemptions and arrivals
+//! (`series[k]`), to `decisions[k]`, with the migration time left over from
+//! interval `k - 1` still to run. [`liveput::liveput`] gives the exact expected
+//! samples and leftover over which instances are preempted; nothing is sampled,
+//! so a result is deterministic bit for bit. Samples are net: a restart from
+//! checkpoint rolls back the work since the last checkpoint, so an interval
+//! (and a whole run) can come out negative.
+//!
+//! Reference decision makers: [`ideal`] (an upper bound, not a sequence),
+//! [`reactive`], [`artifact`] (the Parcae artifact's recorded decisions),
+//! [`oracle`] and [`liveput_truth`] (the DP planner `parcae_policy_core::plan`
+//! with the true future, over the whole trace or a receding horizon).
+//!
+//! Money: every alive instance is paid for the whole interval, whether the
+//! layout uses it or not, so a trace's instance-hours (and dollars) are the
+//! same for every decision sequence; what differs is the samples they buy.
+//!
+//! ```
+//! use parcae_policy_core::{ConfigProfile, IntervalStats, ModelProfile, ParallelConfig};
+//! use parcae_sim::{Prices, simulate};
+//! # let profile = ModelProfile {
+//! #     model: "toy".into(), global_batch_size: 8, micro_batch_size: 1,
+//! #     configs: vec![ConfigProfile { config: ParallelConfig::new(1, 1), samples_per_second: 10.0,
+//! #         iteration_ms: 800.0, comm_rebuild_add_ms: 0.0, comm_rebuild_remove_ms: 0.0, model_build_ms: 0.0 }],
+//! #     partitions: vec![parcae_policy_core::StagePartition { pipeline_stages: 1,
+//! #         layers_per_stage: vec![1], state_bytes_per_stage: vec![0] }],
+//! #     transfer_curve: vec![], rendezvous_ms: 0.0, process_start_ms: 0.0, add_extra_ms: 0.0,
+//! #     checkpoint_restart_ms: 0.0, checkpoint_interval_ms: 0.0 };
+//! let series = [IntervalStats { instances: 1, arrivals: 1, preemptions: 0 }; 1];
+//! let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 3.0 };
+//! let result = simulate(&profile, &series, 60_000, &[Some(ParallelConfig::new(1, 1))], prices)?;
+//! assert_eq!(result.totals.samples, 600.0);
+//! # Ok::<(), parcae_sim::SimError>(())
+//! ```
+
+mod baselines;
+mod planned;
+
+pub use baselines::{
+    ArtifactIssue, ArtifactReplay, ArtifactStrategy, IssueReason, artifact, ideal, ideal_samples, reactive,
+};
+pub use planned::{liveput_truth, oracle, plan_steps};
+
+use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use serde::Serialize;
+
+/// Milliseconds in an hour.
+const HOUR_MS: f64 = 3_600_000.0;
+
+/// What one instance costs per hour.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Prices {
+    /// Spot (preemptible) price, USD per instance-hour.
+    pub spot_usd_per_hour: f64,
+    /// On-demand price, USD per instance-hour.
+    pub on_demand_usd_per_hour: f64,
+}
+
+/// A probability (or an expected count) per migration kind.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct KindProbabilities {
+    pub none: f64,
+    pub intra_stage: f64,
+    pub inter_stage: f64,
+    pub repartition: f64,
+    pub restart: f64,
+}
+
+impl KindProbabilities {
+    /// From [`liveput::Expected::p_by_kind`] (indexed by [`MigrationKind::index`]).
+    pub fn from_array(p: [f64; 5]) -> Self {
+        Self {
+            none: p[MigrationKind::None.index()],
+            intra_stage: p[MigrationKind::IntraStage.index()],
+            inter_stage: p[MigrationKind::InterStage.index()],
+            repartition: p[MigrationKind::Repartition.index()],
+            restart: p[MigrationKind::Restart.index()],
+        }
+    }
+
+    /// The entry of one kind.
+    pub fn get(&self, kind: MigrationKind) -> f64 {
+        match kind {
+            MigrationKind::None => self.none,
+            MigrationKind::IntraStage => self.intra_stage,
+            MigrationKind::InterStage => self.inter_stage,
+            MigrationKind::Repartition => self.repartition,
+            MigrationKind::Restart => self.restart,
+        }
+    }
+
+    /// Sum over the kinds that move something (everything but `none`).
+    pub fn migrations(&self) -> f64 {
+        self.intra_stage + self.inter_stage + self.repartition + self.restart
+    }
+
+    fn accumulate(&mut self, other: &KindProbabilities) {
+        self.none += other.none;
+        self.intra_stage += other.intra_stage;
+        self.inter_stage += other.inter_stage;
+        self.repartition += other.repartition;
+        self.restart += other.restart;
+    }
+}
+
+/// How one interval went, in expectation over which instances were preempted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IntervalRecord {
+    /// Interval number `k`.
+    pub interval: usize,
+    /// Instances alive during the interval (after the events at its start).
+    pub instances: u32,
+    pub arrivals: u32,
+    pub preemptions: u32,
+    /// Layout run in the interval; `None`: paused.
+    pub config: Option<ParallelConfig>,
+    /// Expected net samples of the interval: trained, minus the samples a
+    /// restart rolled back ([`IntervalRecord::lost_samples`]); can be negative.
+    pub samples: f64,
+    /// Expected samples lost by a restart from checkpoint (the work since the
+    /// last checkpoint, at the old layout's speed), already taken off `samples`.
+    pub lost_samples: f64,
+    /// Expected time of the interval spent migrating, ms: the carried-in
+    /// remainder and this interval's reconfiguration, capped at the interval
+    /// (`carried_in + transition - leftover`).
+    pub migration_ms: f64,
+    /// Expected duration of this interval's own reconfiguration, ms (not
+    /// capped; what does not fit is carried).
+    pub transition_ms: f64,
+    /// Migration time carried in from the previous interval, ms.
+    pub carried_in_ms: f64,
+    /// Expected migration time carried into the next interval, ms.
+    pub leftover_ms: f64,
+    /// Probability of each kind of reconfiguration at the start of the interval.
+    pub kinds: KindProbabilities,
+    /// Probability of a restart from checkpoint (cold starts included).
+    pub p_restart: f64,
+    /// Probability that the work since the last checkpoint was lost.
+    pub p_lost_work: f64,
+}
+
+/// Expected number of reconfigurations of each kind over a run.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct MigrationCounts {
+    pub intra_stage: f64,
+    pub inter_stage: f64,
+    pub repartition: f64,
+    /// Restarts from checkpoint, cold starts (first start, resume after a
+    /// pause) included; see [`Totals::cold_starts`].
+    pub restart: f64,
+    /// Sum of the four.
+    pub total: f64,
+}
+
+/// Figures of a whole run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Totals {
+    /// Intervals scored.
+    pub intervals: usize,
+    /// Length of the trace, hours.
+    pub hours: f64,
+    /// Expected net samples trained (restarts' rolled-back work taken off).
+    pub samples: f64,
+    /// Expected samples rolled back by restarts from checkpoint.
+    pub lost_samples: f64,
+    /// Samples per trace hour.
+    pub samples_per_hour: f64,
+    /// Expected time spent migrating instead of training, hours (see
+    /// [`IntervalRecord::migration_ms`]).
+    pub migration_hours: f64,
+    /// Expected reconfigurations by kind (sum of the per-interval probabilities).
+    pub migrations: MigrationCounts,
+    /// Starts from nothing: intervals that run a layout after none ran.
+    pub cold_starts: usize,
+    /// Intervals whose layout differs from the previous interval's.
+    pub config_changes: usize,
+    /// Intervals paused.
+    pub paused_intervals: usize,
+    /// Instance-hours paid (every alive instance, for the whole interval).
+    pub instance_hours: f64,
+    /// Cost at the spot price, USD.
+    pub usd_spot: f64,
+    /// Cost at the on-demand price, USD.
+    pub usd_on_demand: f64,
+    /// USD per million samples at the spot price (`None` when nothing was trained).
+    pub usd_per_million_samples_spot: Option<f64>,
+    /// USD per million samples at the on-demand price.
+    pub usd_per_million_samples_on_demand: Option<f64>,
+}
+
+/// A scored run: one record per interval and the totals.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SimResult {
+    pub intervals: Vec<IntervalRecord>,
+    pub totals: Totals,
+}
+
+impl SimResult {
+    /// Cumulative expected samples at the end of each interval.
+    pub fn cumulative_samples(&self) -> Vec<f64> {
+        let mut sum = 0.0;
+        self.intervals
+            .iter()
+            .map(|r| {
+                sum += r.samples;
+                sum
+            })
+            .collect()
+    }
+
+    /// The layouts run, one per interval.
+    pub fn decisions(&self) -> Vec<Option<ParallelConfig>> {
+        self.intervals.iter().map(|r| r.config).collect()
+    }
+}
+
+/// Why a decision sequence could not be scored.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    /// The interval length is zero.
+    #[error("the interval length must be at least 1 ms")]
+    ZeroInterval,
+    /// Not one decision per interval.
+    #[error("{decisions} decisions for a series of {intervals} intervals")]
+    Length { decisions: usize, intervals: usize },
+    /// A layout that needs more instances than are alive.
+    #[error("interval {interval}: layout {config} needs {} instances, only {instances} are alive", config.instances())]
+    DoesNotFit { interval: usize, config: ParallelConfig, instances: u32 },
+    /// A layout the profile does not have.
+    #[error("interval {interval}: layout {config} is not in the profile")]
+    NotProfiled { interval: usize, config: ParallelConfig },
+    /// The series breaks `instances = previous + arrivals - preemptions`.
+    #[error(
+        "interval {interval}: inconsistent series: {instances_before} alive before, +{arrivals} -{preemptions}, but {instances} after"
+    )]
+    InconsistentSeries {
+        interval: usize,
+        instances_before: u32,
+        arrivals: u32,
+        preemptions: u32,
+        instances: u32,
+    },
+    /// The cost model refused the transition.
+    #[error("interval {interval}: cost model: {source}")]
+    CostModel {
+        interval: usize,
+        #[source]
+        source: LiveputError,
+    },
+}
+
+/// Scores decisions one interval at a time, carrying the running layout and
+/// the unfinished migration time: what [`simulate`] does in a loop, exposed so a
+/// baseline that decides as it goes (receding horizon) sees the true state.
+#[derive(Debug, Clone)]
+pub struct Simulator<'a> {
+    profile: &'a ModelProfile,
+    interval_ms: u64,
+    next: usize,
+    instances_before: u32,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+}
+
+impl<'a> Simulator<'a> {
+    /// A simulator at interval 0: nothing running, no instances.
+    pub fn new(profile: &'a ModelProfile, interval_ms: u64) -> Result<Self, SimError> {
+        if interval_ms == 0 {
+            return Err(SimError::ZeroInterval);
+        }
+        Ok(Self { profile, interval_ms, next: 0, instances_before: 0, current: None, carried_ms: 0.0 })
+    }
+
+    /// The interval the next [`Simulator::step`] scores.
+    pub fn next_interval(&self) -> usize {
+        self.next
+    }
+
+    /// Layout of the last interval scored (`None` before the first or after a pause).
+    pub fn current(&self) -> Option<ParallelConfig> {
+        self.current
+    }
+
+    /// Instances alive in the last interval scored (0 before the first).
+    pub fn instances_before(&self) -> u32 {
+        self.instances_before
+    }
+
+    /// Expected migration time carried into the next interval, ms.
+    pub fn carried_ms(&self) -> f64 {
+        self.carried_ms
+    }
+
+    /// Scores the next interval, whose availability is `stats`, running `to`.
+    /// On error the simulator is unchanged.
+    pub fn step(
+        &mut self,
+        stats: IntervalStats,
+        to: Option<ParallelConfig>,
+    ) -> Result<IntervalRecord, SimError> {
+        let interval = self.next;
+        let before = self.instances_before;
+        let consistent = stats.preemptions <= before
+            && u64::from(before - stats.preemptions) + u64::from(stats.arrivals)
+                == u64::from(stats.instances);
+        if !consistent {
+            return Err(SimError::InconsistentSeries {
+                interval,
+                instances_before: before,
+                arrivals: stats.arrivals,
+                preemptions: stats.preemptions,
+                instances: stats.instances,
+            });
+        }
+        if let Some(config) = to {
+            if config.instances() > u64::from(stats.instances) {
+                return Err(SimError::DoesNotFit { interval, config, instances: stats.instances });
+            }
+            if self.profile.config(config).is_none() {
+                return Err(SimError::NotProfiled { interval, config });
+            }
+        }
+        let cost = |source| SimError::CostModel { interval, source };
+        let interval_ms = self.interval_ms as f64;
+        let dist = liveput::transition_distribution(
+            self.profile,
+            self.current,
+            before,
+            stats.preemptions,
+            stats.arrivals,
+            to,
+        )
+        .map_err(cost)?;
+        let expected = dist.expected();
+        let lost =
+            liveput::lost_samples(self.profile, self.current, &dist).map_err(cost)? * expected.p_lost_work;
+        let value = liveput::liveput(
+            self.profile,
+            self.current,
+            before,
+            stats.preemptions,
+            stats.arrivals,
+            to,
+            interval_ms,
+            self.carried_ms,
+        )
+        .map_err(cost)?;
+        // E[min(b, T)] = E[b] - E[max(b - T, 0)], b = carried + duration.
+        let migration_ms = (self.carried_ms + expected.mean_duration_ms - value.expected_leftover_ms)
+            .clamp(0.0, interval_ms);
+        let record = IntervalRecord {
+            interval,
+            instances: stats.instances,
+            arrivals: stats.arrivals,
+            preemptions: stats.preemptions,
+            config: to,
+            samples: value.expected_samples,
+            lost_samples: lost,
+            migration_ms,
+            transition_ms: expected.mean_duration_ms,
+            carried_in_ms: self.carried_ms,
+            leftover_ms: value.expected_leftover_ms,
+            kinds: KindProbabilities::from_array(expected.p_by_kind),
+            p_restart: expected.p_restart,
+            p_lost_work: expected.p_lost_work,
+        };
+        self.next += 1;
+        self.instances_before = stats.instances;
+        self.current = to;
+        self.carried_ms = value.expected_leftover_ms;
+        Ok(record)
+    }
+}
+
+/// Scores `decisions` (one per interval of `series`) under the cost model of
+/// `profile`; see the crate documentation for the rules.
+pub fn simulate(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    decisions: &[Option<ParallelConfig>],
+    prices: Prices,
+) -> Result<SimResult, SimError> {
+    if decisions.len() != series.len() {
+        return Err(SimError::Length { decisions: decisions.len(), intervals: series.len() });
+    }
+    let mut simulator = Simulator::new(profile, interval_ms)?;
+    let mut records = Vec::with_capacity(series.len());
+    for (stats, &to) in series.iter().zip(decisions) {
+        records.push(simulator.step(*stats, to)?);
+    }
+    Ok(summarize(records, interval_ms, prices))
+}
+
+/// Totals of per-interval records (in their order, so the sums are reproducible).
+pub fn summarize(records: Vec<IntervalRecord>, interval_ms: u64, prices: Prices) -> SimResult {
+    let interval_h = interval_ms as f64 / HOUR_MS;
+    let mut samples = 0.0;
+    let mut lost_samples = 0.0;
+    let mut migration_ms = 0.0;
+    let mut instance_intervals: u64 = 0;
+    let mut kinds = KindProbabilities::default();
+    let mut cold_starts = 0;
+    let mut config_changes = 0;
+    let mut paused_intervals = 0;
+    let mut previous: Option<Option<ParallelConfig>> = None;
+    for r in &records {
+        samples += r.samples;
+        lost_samples += r.lost_samples;
+        migration_ms += r.migration_ms;
+        instance_intervals += u64::from(r.instances);
+        kinds.accumulate(&r.kinds);
+        let before = previous.flatten();
+        if r.config.is_some() && before.is_none() {
+            cold_starts += 1;
+        }
+        if previous.is_some_and(|p| p != r.config) {
+            config_changes += 1;
+        }
+        if r.config.is_none() {
+            paused_intervals += 1;
+        }
+        previous = Some(r.config);
+    }
+    let hours = records.len() as f64 * interval_h;
+    let instance_hours = instance_intervals as f64 * interval_h;
+    let usd_spot = instance_hours * prices.spot_usd_per_hour;
+    let usd_on_demand = instance_hours * prices.on_demand_usd_per_hour;
+    let per_million = |usd: f64| (samples > 0.0).then(|| usd / samples * 1e6);
+    let totals = Totals {
+        intervals: records.len(),
+        hours,
+        samples,
+        lost_samples,
+        samples_per_hour: if hours > 0.0 { samples / hours } else { 0.0 },
+        migration_hours: migration_ms / HOUR_MS,
+        migrations: MigrationCounts {
+            intra_stage: kinds.intra_stage,
+            inter_stage: kinds.inter_stage,
+            repartition: kinds.repartition,
+            restart: kinds.restart,
+            total: kinds.migrations(),
+        },
+        cold_starts,
+        config_changes,
+        paused_intervals,
+        instance_hours,
+        usd_spot,
+        usd_on_demand,
+        usd_per_million_samples_spot: per_million(usd_spot),
+        usd_per_million_samples_on_demand: per_million(usd_on_demand),
+    };
+    SimResult { intervals: records, totals }
+}

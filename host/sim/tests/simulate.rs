@@ -1,0 +1,272 @@
+//! `simulate` on small cases computed by hand from the cost model's rules
+//! (`parcae_policy_core::liveput`), and the baselines that need no planner.
+
+use parcae_policy_core::{ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, StagePartition};
+use parcae_sim::{
+    ArtifactStrategy, IssueReason, Prices, SimError, Simulator, artifact, ideal, ideal_samples, reactive,
+    simulate,
+};
+use parcae_traces::{IntervalSeries, ReferenceDecision, Strategy};
+
+const T: u64 = 60_000;
+const PRICES: Prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 3.0 };
+
+/// Layouts (1,1) 10/s, (2,1) 18/s, (1,2) 12/s. Reconfiguration pieces (ms):
+/// rendezvous 1000, process start 300, communicator rebuild 500 on add / 100
+/// on remove, model build 200, checkpoint reload `checkpoint_ms`; no transfer
+/// curve, so moving state is free. Hence `R_add = 1000 + 500 + 300 + 200 =
+/// 2000`, `R_remove = 100 + 300 + 200 = 600`, intra-stage `100 + 300 = 400`, a
+/// restart `R + checkpoint_ms`.
+fn toy(checkpoint_ms: f64, checkpoint_interval_ms: f64) -> ModelProfile {
+    let entry = |d, p, sps| ConfigProfile {
+        config: ParallelConfig::new(d, p),
+        samples_per_second: sps,
+        iteration_ms: 1000.0,
+        comm_rebuild_add_ms: 500.0,
+        comm_rebuild_remove_ms: 100.0,
+        model_build_ms: 200.0,
+    };
+    ModelProfile {
+        model: "toy".into(),
+        global_batch_size: 8,
+        micro_batch_size: 1,
+        configs: vec![entry(1, 1, 10.0), entry(2, 1, 18.0), entry(1, 2, 12.0)],
+        partitions: vec![
+            StagePartition {
+                pipeline_stages: 1,
+                layers_per_stage: vec![2],
+                state_bytes_per_stage: vec![1000],
+            },
+            StagePartition {
+                pipeline_stages: 2,
+                layers_per_stage: vec![1, 1],
+                state_bytes_per_stage: vec![500, 500],
+            },
+        ],
+        transfer_curve: vec![],
+        rendezvous_ms: 1000.0,
+        process_start_ms: 300.0,
+        add_extra_ms: 0.0,
+        checkpoint_restart_ms: checkpoint_ms,
+        checkpoint_interval_ms,
+    }
+}
+
+fn stats(instances: u32, arrivals: u32, preemptions: u32) -> IntervalStats {
+    IntervalStats { instances, arrivals, preemptions }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+macro_rules! assert_close {
+    ($a:expr, $b:expr) => {{
+        let (a, b) = ($a, $b);
+        assert!(close(a, b), "{} = {a}, expected {b}", stringify!($a));
+    }};
+}
+
+#[test]
+fn no_preemption_pays_one_cold_start() {
+    let profile = toy(2000.0, 0.0);
+    let series = [stats(2, 2, 0), stats(2, 0, 0), stats(2, 0, 0)];
+    let run = Some(ParallelConfig::new(2, 1));
+    let result = simulate(&profile, &series, T, &[run; 3], PRICES).unwrap();
+    // Cold start: R_add 2000 + checkpoint 2000 = 4000 ms; then nothing.
+    assert_close!(result.intervals[0].samples, 18.0 * 56.0);
+    assert_close!(result.intervals[0].migration_ms, 4000.0);
+    assert_close!(result.intervals[0].transition_ms, 4000.0);
+    assert_eq!(result.intervals[0].kinds.restart, 1.0);
+    assert_eq!(result.intervals[1].kinds.none, 1.0);
+    assert_close!(result.intervals[1].samples, 18.0 * 60.0);
+    let t = &result.totals;
+    assert_close!(t.samples, 18.0 * (56.0 + 60.0 + 60.0));
+    assert_close!(t.hours, 0.05);
+    assert_close!(t.samples_per_hour, t.samples / 0.05);
+    assert_close!(t.migration_hours, 4000.0 / 3_600_000.0);
+    assert_eq!(t.migrations.restart, 1.0);
+    assert_eq!(t.migrations.total, 1.0);
+    assert_eq!((t.cold_starts, t.config_changes, t.paused_intervals), (1, 0, 0));
+    // 2 instances x 3 minutes, every alive instance paid.
+    assert_close!(t.instance_hours, 0.1);
+    assert_close!(t.usd_spot, 0.1);
+    assert_close!(t.usd_on_demand, 0.3);
+    assert_close!(t.usd_per_million_samples_spot.unwrap(), 0.1 / t.samples * 1e6);
+    assert_close!(t.usd_per_million_samples_on_demand.unwrap(), 0.3 / t.samples * 1e6);
+}
+
+#[test]
+fn losing_a_whole_stage_restarts_and_redoes_lost_work() {
+    // Checkpoints every minute: a restart loses 30 s of work on average.
+    let profile = toy(2000.0, 60_000.0);
+    // (1,2) on 2 instances; one is preempted and replaced in interval 1.
+    let series = [stats(2, 2, 0), stats(2, 1, 1), stats(2, 0, 0)];
+    let run = Some(ParallelConfig::new(1, 2));
+    let result = simulate(&profile, &series, T, &[run; 3], PRICES).unwrap();
+    let r = &result.intervals[1];
+    // A stage lost its only replica: restart of type add (the new layout needs
+    // 2 holders, 1 survived) 2000 + checkpoint 2000, plus 30 s redone at the
+    // same speed.
+    assert_eq!(r.kinds.restart, 1.0);
+    assert_eq!(r.p_restart, 1.0);
+    assert_eq!(r.p_lost_work, 1.0);
+    assert_close!(r.transition_ms, 4000.0);
+    assert_close!(r.samples, 12.0 * (60.0 - 34.0));
+    assert_close!(r.migration_ms, 4000.0);
+    assert_close!(r.lost_samples, 12.0 * 30.0);
+    assert_close!(result.totals.samples, 12.0 * (56.0 + 26.0 + 60.0));
+    assert_eq!(result.totals.migrations.restart, 2.0, "the cold start and the restart");
+    assert_eq!(result.totals.cold_starts, 1);
+}
+
+#[test]
+fn a_migration_longer_than_the_interval_carries_over() {
+    // Cold start 2000 + 68000 = 70 s: 10 s spill into interval 1.
+    let profile = toy(68_000.0, 0.0);
+    let series = [stats(1, 1, 0), stats(1, 0, 0)];
+    let run = Some(ParallelConfig::new(1, 1));
+    let result = simulate(&profile, &series, T, &[run; 2], PRICES).unwrap();
+    assert_eq!(result.intervals[0].samples, 0.0);
+    assert_close!(result.intervals[0].leftover_ms, 10_000.0);
+    assert_close!(result.intervals[0].migration_ms, 60_000.0);
+    assert_close!(result.intervals[1].carried_in_ms, 10_000.0);
+    assert_close!(result.intervals[1].samples, 10.0 * 50.0);
+    assert_close!(result.totals.migration_hours, 70_000.0 / 3_600_000.0);
+}
+
+#[test]
+fn expectation_over_which_instance_is_preempted() {
+    let profile = toy(2000.0, 0.0);
+    // (1,2) on 2 of 3 instances (one spare); one of the 3 is preempted: the
+    // spare (1/3: nothing to do) or a stage holder (2/3: that stage is gone,
+    // restart: 1 holder left, 2 needed, R_add 2000 + checkpoint 2000).
+    let series = [stats(3, 3, 0), stats(2, 0, 1)];
+    let run = Some(ParallelConfig::new(1, 2));
+    let result = simulate(&profile, &series, T, &[run; 2], PRICES).unwrap();
+    let r = &result.intervals[1];
+    assert_close!(r.kinds.none, 1.0 / 3.0);
+    assert_close!(r.kinds.restart, 2.0 / 3.0);
+    assert_close!(r.transition_ms, 2.0 / 3.0 * 4000.0);
+    assert_close!(r.samples, 12.0 * (60.0 / 3.0 + 2.0 / 3.0 * 56.0));
+    assert_close!(result.totals.migrations.total, 1.0 + 2.0 / 3.0);
+}
+
+#[test]
+fn intra_stage_and_pause() {
+    let profile = toy(2000.0, 0.0);
+    // (2,1) -> one replica lost -> (1,1): intra-stage, 400 ms; then 0 alive: pause.
+    let series = [stats(2, 2, 0), stats(1, 0, 1), stats(0, 0, 1), stats(1, 1, 0)];
+    let decisions = [
+        Some(ParallelConfig::new(2, 1)),
+        Some(ParallelConfig::new(1, 1)),
+        None,
+        Some(ParallelConfig::new(1, 1)),
+    ];
+    let result = simulate(&profile, &series, T, &decisions, PRICES).unwrap();
+    assert_eq!(result.intervals[1].kinds.intra_stage, 1.0);
+    assert_close!(result.intervals[1].samples, 10.0 * 59.6);
+    assert_eq!(result.intervals[2].samples, 0.0);
+    assert_eq!(result.intervals[2].kinds.none, 1.0);
+    // Resuming after a pause is a cold start again.
+    assert_eq!(result.intervals[3].kinds.restart, 1.0);
+    let t = &result.totals;
+    assert_eq!((t.cold_starts, t.config_changes, t.paused_intervals), (2, 3, 1));
+    assert_close!(t.migrations.intra_stage, 1.0);
+    assert_close!(t.migrations.restart, 2.0);
+    assert_eq!(result.decisions(), decisions);
+    assert_close!(*result.cumulative_samples().last().unwrap(), t.samples);
+}
+
+#[test]
+fn errors_name_the_interval() {
+    let profile = toy(2000.0, 0.0);
+    let series = [stats(2, 2, 0), stats(1, 0, 1)];
+    let two = Some(ParallelConfig::new(2, 1));
+    let error = simulate(&profile, &series, T, &[two, two], PRICES).unwrap_err();
+    assert_eq!(error, SimError::DoesNotFit { interval: 1, config: ParallelConfig::new(2, 1), instances: 1 });
+    assert!(error.to_string().starts_with("interval 1: layout 2x1 needs 2 instances"), "{error}");
+    let error = simulate(&profile, &series, T, &[Some(ParallelConfig::new(2, 2)), None], PRICES);
+    assert!(matches!(error, Err(SimError::DoesNotFit { interval: 0, .. })));
+    let error = simulate(&profile, &[stats(3, 3, 0)], T, &[Some(ParallelConfig::new(3, 1))], PRICES);
+    assert!(matches!(error, Err(SimError::NotProfiled { interval: 0, .. })));
+    let error = simulate(&profile, &[stats(3, 2, 0)], T, &[None], PRICES);
+    assert!(matches!(error, Err(SimError::InconsistentSeries { interval: 0, .. })));
+    let error = simulate(&profile, &series, T, &[None], PRICES);
+    assert_eq!(error, Err(SimError::Length { decisions: 1, intervals: 2 }));
+    assert_eq!(simulate(&profile, &series, 0, &[None, None], PRICES), Err(SimError::ZeroInterval));
+}
+
+#[test]
+fn simulator_steps_match_simulate_and_leave_state_alone_on_error() {
+    let profile = toy(2000.0, 60_000.0);
+    let series = [stats(3, 3, 0), stats(2, 0, 1), stats(3, 1, 0)];
+    let decisions =
+        [Some(ParallelConfig::new(1, 2)), Some(ParallelConfig::new(2, 1)), Some(ParallelConfig::new(1, 1))];
+    let whole = simulate(&profile, &series, T, &decisions, PRICES).unwrap();
+    let mut sim = Simulator::new(&profile, T).unwrap();
+    for (k, (s, d)) in series.iter().zip(decisions).enumerate() {
+        assert!(sim.step(*s, Some(ParallelConfig::new(4, 4))).is_err());
+        assert_eq!(sim.next_interval(), k);
+        assert_eq!(sim.step(*s, d).unwrap(), whole.intervals[k]);
+        assert_eq!(sim.current(), d);
+        assert_eq!(sim.carried_ms(), whole.intervals[k].leftover_ms);
+    }
+}
+
+#[test]
+fn ideal_and_reactive() {
+    let profile = toy(2000.0, 0.0);
+    let series = [stats(2, 2, 0), stats(1, 0, 1), stats(0, 0, 1), stats(3, 3, 0)];
+    let decisions = reactive(&profile, &series);
+    assert_eq!(
+        decisions,
+        [
+            Some(ParallelConfig::new(2, 1)),
+            Some(ParallelConfig::new(1, 1)),
+            None,
+            Some(ParallelConfig::new(2, 1))
+        ]
+    );
+    let bound = ideal(&profile, &series, T, PRICES).unwrap();
+    assert_close!(bound.totals.samples, 60.0 * (18.0 + 10.0 + 0.0 + 18.0));
+    assert_eq!(bound.totals.samples, ideal_samples(&profile, &series, T));
+    assert_eq!(bound.totals.migrations.total, 0.0);
+    assert_eq!(bound.totals.migration_hours, 0.0);
+    assert_eq!(bound.decisions(), decisions);
+    let scored = simulate(&profile, &series, T, &decisions, PRICES).unwrap();
+    assert!(scored.totals.samples < bound.totals.samples);
+    assert_eq!(scored.totals.instance_hours, bound.totals.instance_hours);
+}
+
+#[test]
+fn artifact_decisions_are_reported_not_changed() {
+    let profile = toy(2000.0, 0.0);
+    let series =
+        IntervalSeries { interval_ms: T, intervals: vec![stats(2, 2, 0), stats(1, 0, 1), stats(1, 0, 0)] };
+    let s = |d, p| Strategy { data_parallel: d, pipeline_stages: p };
+    let row = |k: u64, duration_ms, strategy| ReferenceDecision {
+        start_ms: k * T,
+        duration_ms,
+        throughput_opt: strategy,
+        liveput_truth: s(1, 1),
+        liveput_predict: s(9, 9),
+        migration: false,
+    };
+    // Interval 0 fine, interval 1 does not fit (2x1 on 1), interval 2 has
+    // only an off-grid row.
+    let reference = [row(0, T, s(2, 1)), row(1, T, s(2, 1)), row(2, T / 2, s(1, 1))];
+    let replay = artifact(&profile, &series, &reference, ArtifactStrategy::ThroughputOpt);
+    assert_eq!(replay.decisions, [Some(ParallelConfig::new(2, 1)), None, None]);
+    assert_eq!(replay.issues.len(), 1);
+    assert_eq!(replay.issues[0].interval, 1);
+    assert_eq!(replay.issues[0].reason, IssueReason::DoesNotFit);
+    assert_eq!((replay.missing_intervals, replay.misaligned_rows), (1, 1));
+    let predict = artifact(&profile, &series, &reference, ArtifactStrategy::LiveputPredict);
+    assert_eq!(predict.issues.len(), 2);
+    assert!(predict.issues.iter().all(|i| i.reason == IssueReason::NotProfiled));
+    assert_eq!(predict.issues[0].to_string(), "interval 0: layout 9x9 is not in the profile");
+    let truth = artifact(&profile, &series, &reference, ArtifactStrategy::LiveputTruth);
+    assert!(truth.issues.is_empty());
+    assert!(simulate(&profile, &series.intervals, T, &replay.decisions, PRICES).is_ok());
+}
