@@ -14,7 +14,12 @@
 //!   knowing the future (the DP planner);
 //! - `liveput-truth`: at each interval, plan the next H true intervals, apply
 //!   the first step (receding horizon);
-//! - `reactive`: the throughput-optimal layout for the instances alive now;
+//! - `reactive`: the throughput-optimal layout for the instances alive now,
+//!   reached by live migration;
+//! - `reactive-restart`: the same decisions, but every availability change
+//!   restarts the job from a checkpoint, as the Parcae artifact's reactive
+//!   baseline (`parcae_sim::simulate_with` with
+//!   [`parcae_sim::MigrationMode::RestartOnChange`]);
 //! - `artifact`: the Parcae artifact's recorded decisions
 //!   (`artifact:throughput-opt`, `artifact:liveput-truth`,
 //!   `artifact:liveput-predict`) when the trace file carries them.
@@ -29,7 +34,6 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use comfy_table::{CellAlignment, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use parcae_costmodel::{CostConstants, Profile};
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 use parcae_runtime::{FaultCounts, GuardedPolicy, PolicyComponent};
 use parcae_sim::{ArtifactReplay, ArtifactStrategy, IssueReason, Prices, SimResult};
@@ -37,7 +41,7 @@ use parcae_traces::{IntervalSeries, Trace};
 use serde::Serialize;
 
 use crate::cli::{ProfileArgs, SandboxArgs, TraceInput};
-use crate::embedded::{COST_CONSTANTS, DEMO_TRACE, EXAMPLE_PROFILE};
+use crate::embedded::DEMO_TRACE;
 use crate::policies::load_policy;
 use crate::replay::ReplaySettings;
 
@@ -49,8 +53,11 @@ pub enum Baseline {
     Ideal,
     /// Best plan over the whole trace with the true future.
     Oracle,
-    /// Throughput-optimal layout for the instances alive now.
+    /// Throughput-optimal layout for the instances alive now, live migrations.
     Reactive,
+    /// The same decisions, restarting from a checkpoint on every availability
+    /// change (the Parcae artifact's reactive baseline).
+    ReactiveRestart,
     /// The Parcae artifact's recorded decisions (traces that carry them).
     Artifact,
     /// Receding-horizon liveput planning with the true future.
@@ -59,8 +66,14 @@ pub enum Baseline {
 
 impl Baseline {
     /// Every baseline, the default of `--baselines`.
-    pub const ALL: [Baseline; 5] =
-        [Baseline::Ideal, Baseline::Oracle, Baseline::Reactive, Baseline::Artifact, Baseline::LiveputTruth];
+    pub const ALL: [Baseline; 6] = [
+        Baseline::Ideal,
+        Baseline::Oracle,
+        Baseline::Reactive,
+        Baseline::ReactiveRestart,
+        Baseline::Artifact,
+        Baseline::LiveputTruth,
+    ];
 
     /// Name on the command line and in reports.
     pub fn as_str(self) -> &'static str {
@@ -68,6 +81,7 @@ impl Baseline {
             Baseline::Ideal => "ideal",
             Baseline::Oracle => "oracle",
             Baseline::Reactive => "reactive",
+            Baseline::ReactiveRestart => "reactive-restart",
             Baseline::Artifact => "artifact",
             Baseline::LiveputTruth => "liveput-truth",
         }
@@ -315,6 +329,22 @@ pub fn bench_trace(
         step("reactive");
         let decisions = parcae_sim::reactive(profile, intervals);
         rows.push(baseline_row("reactive", simulate(&decisions, "reactive")?));
+        progress.inc(1);
+    }
+
+    if wants(Baseline::ReactiveRestart) {
+        step("reactive-restart");
+        let decisions = parcae_sim::reactive(profile, intervals);
+        let result = parcae_sim::simulate_with(
+            profile,
+            intervals,
+            interval_ms,
+            &decisions,
+            settings.prices,
+            parcae_sim::MigrationMode::RestartOnChange,
+        )
+        .with_context(|| format!("{name}: scoring reactive-restart"))?;
+        rows.push(baseline_row("reactive-restart", result));
         progress.inc(1);
     }
 
@@ -589,31 +619,6 @@ fn describe(bench: &TraceBench, model: &str) -> String {
     )
 }
 
-/// The model profile and the instance prices `args` select.
-pub fn load_profile(args: &ProfileArgs) -> anyhow::Result<(ModelProfile, Prices)> {
-    let profile = match &args.profile {
-        Some(path) => Profile::load(path)?,
-        None => Profile::from_json(EXAMPLE_PROFILE.1, EXAMPLE_PROFILE.0)?,
-    };
-    let constants = match &args.cost_constants {
-        Some(path) => CostConstants::load(path)?,
-        None => CostConstants::from_json(COST_CONSTANTS.1, COST_CONSTANTS.0)?,
-    };
-    let model = match &args.model {
-        Some(model) => model.clone(),
-        None => profile
-            .model_names()
-            .first()
-            .map(|m| m.to_string())
-            .with_context(|| format!("{}: has no models", profile.file().display()))?,
-    };
-    let prices = Prices {
-        spot_usd_per_hour: profile.spot_usd_per_hour(),
-        on_demand_usd_per_hour: profile.on_demand_usd_per_hour(),
-    };
-    Ok((profile.model_profile(&model, &constants)?, prices))
-}
-
 fn create(path: &Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     Ok(std::io::BufWriter::new(file))
@@ -671,7 +676,7 @@ fn progress_bar(total: u64) -> ProgressBar {
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let interval_ms = args.input.interval_ms()?;
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
-    let (profile, prices) = load_profile(&args.profile)?;
+    let (profile, prices) = args.profile.load_with_prices()?;
     let mut baselines = args.baselines.clone();
     baselines.sort();
     baselines.dedup();

@@ -10,6 +10,7 @@ use parcae_runtime::{PolicyRuntime, SandboxLimits};
 
 use parcae_costmodel::{CostConstants, Profile};
 use parcae_policy_core::{ModelProfile, ParallelConfig};
+use parcae_sim::Prices;
 
 use crate::embedded::{COST_CONSTANTS, DEFAULT_POLICY, DEMO_TRACE, EXAMPLE_PROFILE};
 use crate::policies::{guarded_policy, load_policy};
@@ -270,8 +271,13 @@ fn trace_convert(trace: &Path, output: &Path, to: ConvertTarget, input: &TraceIn
 }
 
 impl ProfileArgs {
-    /// The policy-level profile of the chosen model, and the model's name.
+    /// The policy-level profile of the chosen model.
     pub fn load(&self) -> anyhow::Result<ModelProfile> {
+        Ok(self.load_with_prices()?.0)
+    }
+
+    /// The policy-level profile of the chosen model and the instance prices.
+    pub fn load_with_prices(&self) -> anyhow::Result<(ModelProfile, Prices)> {
         let profile = match &self.profile {
             Some(path) => Profile::load(path)?,
             None => Profile::from_json(EXAMPLE_PROFILE.1, EXAMPLE_PROFILE.0)?,
@@ -288,7 +294,11 @@ impl ProfileArgs {
                 .map(|m| m.to_string())
                 .with_context(|| format!("{}: has no models", profile.file().display()))?,
         };
-        Ok(profile.model_profile(&model, &constants)?)
+        let prices = Prices {
+            spot_usd_per_hour: profile.spot_usd_per_hour(),
+            on_demand_usd_per_hour: profile.on_demand_usd_per_hour(),
+        };
+        Ok((profile.model_profile(&model, &constants)?, prices))
     }
 }
 

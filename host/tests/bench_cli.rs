@@ -75,13 +75,23 @@ fn demo_trace_table_json_csv_and_svg() {
     // The table: one row per baseline and policy.
     assert!(stdout.contains("| policy"), "{stdout}");
     assert!(stdout.contains("% Oracle"), "{stdout}");
-    for row in ["| ideal", "| oracle", "| liveput-truth", "| reactive", "| builtin:reactive"] {
+    for row in
+        ["| ideal", "| oracle", "| liveput-truth", "| reactive", "| reactive-restart", "| builtin:reactive"]
+    {
         assert!(stdout.contains(row), "missing row {row}:\n{stdout}");
     }
     assert!(stdout.contains("artifact: the trace file records no decisions"), "{stdout}");
 
     let records = records(&json);
-    assert_eq!(records.len(), 5);
+    assert_eq!(records.len(), 6);
+    // Restarting on every change never beats live migration of the same
+    // layouts, except by the work live migration rolls back when a stage loses
+    // every replica (the restart baseline checkpoints at each change).
+    let restart = by_policy(&records, "reactive-restart");
+    assert_eq!(restart["kind"], "baseline");
+    let live = by_policy(&records, "reactive");
+    let rolled_back = live["lost_samples"].as_f64().unwrap();
+    assert!(samples(restart) <= samples(live) + rolled_back * (1.0 + 1e-12));
     let ideal = samples(by_policy(&records, "ideal"));
     let oracle = samples(by_policy(&records, "oracle"));
     assert!(oracle > 0.0 && oracle <= ideal);
@@ -108,7 +118,7 @@ fn demo_trace_table_json_csv_and_svg() {
 
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     let lines: Vec<&str> = csv_text.lines().collect();
-    assert_eq!(lines.len(), 6, "{csv_text}");
+    assert_eq!(lines.len(), 7, "{csv_text}");
     assert!(lines[0].starts_with("trace,trace_path,model,policy,kind,"), "{}", lines[0]);
     assert!(lines[0].contains(",samples,") && lines[0].contains(",usd_per_million_samples_spot,"));
 

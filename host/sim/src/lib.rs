@@ -13,6 +13,11 @@
 //! checkpoint rolls back the work since the last checkpoint, so an interval
 //! (and a whole run) can come out negative.
 //!
+//! [`simulate_with`] scores the same sequence under another
+//! [`MigrationMode`]: [`MigrationMode::RestartOnChange`] is the Parcae
+//! artifact's checkpoint-restart baseline (restart on every availability change,
+//! deterministic).
+//!
 //! Reference decision makers: [`ideal`] (an upper bound, not a sequence),
 //! [`reactive`], [`artifact`] (the Parcae artifact's recorded decisions),
 //! [`oracle`] and [`liveput_truth`] (the DP planner `parcae_policy_core::plan`
@@ -46,6 +51,7 @@ mod planned;
 pub use baselines::{
     ArtifactIssue, ArtifactReplay, ArtifactStrategy, IssueReason, artifact, ideal, ideal_samples, reactive,
 };
+pub use parcae_policy_core::liveput::MigrationMode;
 pub use planned::{liveput_truth, oracle, plan_steps};
 
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
@@ -268,15 +274,31 @@ pub struct Simulator<'a> {
     instances_before: u32,
     current: Option<ParallelConfig>,
     carried_ms: f64,
+    mode: MigrationMode,
 }
 
 impl<'a> Simulator<'a> {
-    /// A simulator at interval 0: nothing running, no instances.
+    /// A simulator at interval 0: nothing running, no instances; live
+    /// migrations ([`MigrationMode::Live`]).
     pub fn new(profile: &'a ModelProfile, interval_ms: u64) -> Result<Self, SimError> {
+        Self::with_mode(profile, interval_ms, MigrationMode::Live)
+    }
+
+    /// A simulator at interval 0 that reconfigures as `mode` says.
+    pub fn with_mode(
+        profile: &'a ModelProfile,
+        interval_ms: u64,
+        mode: MigrationMode,
+    ) -> Result<Self, SimError> {
         if interval_ms == 0 {
             return Err(SimError::ZeroInterval);
         }
-        Ok(Self { profile, interval_ms, next: 0, instances_before: 0, current: None, carried_ms: 0.0 })
+        Ok(Self { profile, interval_ms, next: 0, instances_before: 0, current: None, carried_ms: 0.0, mode })
+    }
+
+    /// How this simulator reconfigures.
+    pub fn mode(&self) -> MigrationMode {
+        self.mode
     }
 
     /// The interval the next [`Simulator::step`] scores.
@@ -330,6 +352,61 @@ impl<'a> Simulator<'a> {
         }
         let cost = |source| SimError::CostModel { interval, source };
         let interval_ms = self.interval_ms as f64;
+        if self.mode == MigrationMode::RestartOnChange {
+            let restart = liveput::restart_transition(
+                self.profile,
+                self.current,
+                before,
+                stats.preemptions,
+                stats.arrivals,
+                to,
+            )
+            .map_err(cost)?;
+            let value = liveput::restart_liveput(
+                self.profile,
+                self.current,
+                before,
+                stats.preemptions,
+                stats.arrivals,
+                to,
+                interval_ms,
+                self.carried_ms,
+            )
+            .map_err(cost)?;
+            let mut p_by_kind = [0.0; 5];
+            p_by_kind[restart.kind.index()] = 1.0;
+            let p_restart = if restart.kind == MigrationKind::Restart { 1.0 } else { 0.0 };
+            // The busy time the interval saw: `restart_liveput`'s rule.
+            let busy = match restart.kind {
+                MigrationKind::Restart if self.carried_ms > 0.0 => {
+                    restart.duration_ms + restart.concurrent_ms
+                }
+                MigrationKind::Restart => restart.duration_ms,
+                _ => self.carried_ms,
+            };
+            let record = IntervalRecord {
+                interval,
+                instances: stats.instances,
+                arrivals: stats.arrivals,
+                preemptions: stats.preemptions,
+                config: to,
+                samples: value.expected_samples,
+                lost_samples: 0.0,
+                migration_ms: busy.min(interval_ms),
+                transition_ms: busy
+                    - if restart.kind == MigrationKind::Restart { 0.0 } else { self.carried_ms },
+                carried_in_ms: self.carried_ms,
+                leftover_ms: value.expected_leftover_ms,
+                kinds: KindProbabilities::from_array(p_by_kind),
+                p_restart,
+                p_lost_work: 0.0,
+            };
+            self.next += 1;
+            self.instances_before = stats.instances;
+            self.current = to;
+            self.carried_ms = value.expected_leftover_ms;
+            return Ok(record);
+        }
         let dist = liveput::transition_distribution(
             self.profile,
             self.current,
@@ -389,10 +466,26 @@ pub fn simulate(
     decisions: &[Option<ParallelConfig>],
     prices: Prices,
 ) -> Result<SimResult, SimError> {
+    simulate_with(profile, series, interval_ms, decisions, prices, MigrationMode::Live)
+}
+
+/// [`simulate`] with the reconfigurations done as `mode` says:
+/// [`MigrationMode::Live`] is [`simulate`];
+/// [`MigrationMode::RestartOnChange`] restarts from a checkpoint on every
+/// availability change, as the Parcae artifact's reactive baseline
+/// ([`liveput::restart_transition`], [`liveput::restart_liveput`]).
+pub fn simulate_with(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    decisions: &[Option<ParallelConfig>],
+    prices: Prices,
+    mode: MigrationMode,
+) -> Result<SimResult, SimError> {
     if decisions.len() != series.len() {
         return Err(SimError::Length { decisions: decisions.len(), intervals: series.len() });
     }
-    let mut simulator = Simulator::new(profile, interval_ms)?;
+    let mut simulator = Simulator::with_mode(profile, interval_ms, mode)?;
     let mut records = Vec::with_capacity(series.len());
     for (stats, &to) in series.iter().zip(decisions) {
         records.push(simulator.step(*stats, to)?);

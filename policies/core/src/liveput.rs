@@ -59,6 +59,15 @@
 //! 4. With `p != P`, **repartition**: layers move to the new stage boundaries
 //!    (see below). Cost `transfer + R_type` (`MonteCarloLiveput.repartition`).
 //!
+//! # Restart on change (the reactive baseline)
+//!
+//! [`MigrationMode::RestartOnChange`] is the artifact's checkpoint-restart
+//! baseline instead of live migration: every availability change restarts the
+//! job (`R_type + checkpoint + sum_q t(B'_q)`, no lost work), and a restart
+//! overlapping one in flight pays the new one plus `R_type`. See
+//! [`restart_transition`] and [`restart_liveput`]; [`liveput_with_mode`]
+//! dispatches on the mode.
+//!
 //! # Where we deliberately differ from the artifact
 //!
 //! - **Infeasible scenarios restart.** The artifact never lets a scenario be
@@ -617,6 +626,204 @@ pub fn liveput(
         value.expected_leftover_ms += o.probability * (busy - interval_ms).max(0.0);
     }
     Ok(value)
+}
+
+/// How the simulated job reconfigures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum MigrationMode {
+    /// Live migration: the cost model of this module ([`liveput`]).
+    #[default]
+    Live,
+    /// Checkpoint-restart on every availability change: the Parcae artifact's
+    /// reactive baseline ([`restart_transition`], [`restart_liveput`]).
+    RestartOnChange,
+}
+
+impl MigrationMode {
+    /// Stable lower-case name (for logs and JSON).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MigrationMode::Live => "live",
+            MigrationMode::RestartOnChange => "restart-on-change",
+        }
+    }
+}
+
+/// What one interval's reconfiguration costs under
+/// [`MigrationMode::RestartOnChange`] ([`restart_transition`]). It does not
+/// depend on which instances were preempted: the whole job restarts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RestartCost {
+    /// [`MigrationKind::Restart`] when the job restarts, [`MigrationKind::None`]
+    /// when nothing changed (or training pauses).
+    pub kind: MigrationKind,
+    /// Wall time of the restart, ms: `R_type + checkpoint + sum_q t(B'_q)`.
+    pub duration_ms: f64,
+    /// `R_add` (`true`) or `R_remove` (`false`) was charged.
+    pub add: bool,
+    /// `R_type` of the new layout, ms: what a restart that overlaps one still
+    /// in flight pays on top (`estimate_concurrent_restart_cost`).
+    pub concurrent_ms: f64,
+    /// Checkpoint save/load charged, ms (0 for the first start).
+    pub checkpoint_ms: f64,
+    /// Time to load every new stage's state one after another, ms.
+    pub serial_transfer_ms: f64,
+    /// Training-state bytes loaded: `d x` the whole state, as a live restart.
+    pub bytes_moved: u64,
+    /// Always `false`: the artifact saves a checkpoint at every
+    /// reconfiguration (within the preemption notice), so nothing is lost.
+    pub lost_work: bool,
+}
+
+/// The cost of the interval's reconfiguration when the job restarts from a
+/// checkpoint on every change, the Parcae artifact's reactive
+/// ("throughput-optimal") baseline: `ThroughputOptimized.optimize` and
+/// `ThroughputOptimized.reconfiguration` in `liveput/throughput.py`
+/// (`JF-D/Parcae`), with `CostModel.estimate_restart_cost` of
+/// `liveput/cost.py`.
+///
+/// - **When**: the job restarts whenever anything happened in the interval
+///   (`preempted + arrived > 0`, even if only a spare left or the layout stays
+///   the same: the artifact's `n_add + n_remove > 0`), on a start (`from =
+///   None`, the artifact's `cur_t == 0`), and, beyond the artifact (which
+///   cannot change layout without an event), whenever `to != from`. A pause
+///   (`to = None`) costs nothing.
+/// - **Type**: *add* when instances arrived or on a start (`recfg_type = 'add'
+///   if n_add > 0 or cur_t == 0`), else *remove*. `R_add = rendezvous +
+///   add_extra + comm_rebuild_add + process_start + model_build`, `R_remove =
+///   comm_rebuild_remove + process_start + model_build` of the new layout.
+/// - **Cost**: `R_type + checkpoint_restart_ms + sum_q t(B'_q)`: the 14 s of
+///   checkpoint save and load (`cost += 14_000` when `interval_id > 0`), then
+///   every new stage's full state (parameters and optimizer state) transferred
+///   one after another (the `apply_optimization = False` branch). The first
+///   start (`from = None` with `instances_before = 0`) saves and loads no
+///   checkpoint; a resume after a pause does.
+/// - **Lost work**: none. The artifact checkpoints at each reconfiguration and
+///   rolls nothing back (no term for the work since the last checkpoint).
+///
+/// The carry of a restart still in flight is [`restart_liveput`]'s.
+pub fn restart_transition(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<RestartCost, LiveputError> {
+    check_transition(from, instances_before, preempted, arrived, to)?;
+    let none = RestartCost {
+        kind: MigrationKind::None,
+        duration_ms: 0.0,
+        add: false,
+        concurrent_ms: 0.0,
+        checkpoint_ms: 0.0,
+        serial_transfer_ms: 0.0,
+        bytes_moved: 0,
+        lost_work: false,
+    };
+    let Some(to_config) = to else {
+        return Ok(none);
+    };
+    // Checks the new layout's figures and computes `R_add`, `R_remove` and
+    // the restart's bytes, as for a live cold start.
+    let model = plan::Model::new(profile, None, to)?;
+    let first_start = from.is_none() && instances_before == 0;
+    if !(from.is_none() || from != to || preempted > 0 || arrived > 0) {
+        return Ok(none);
+    }
+    let add = arrived > 0 || from.is_none();
+    let r_type = if add { model.r_add } else { model.r_remove };
+    let partition = profile
+        .partitions
+        .iter()
+        .find(|p| p.pipeline_stages == to_config.pipeline_stages)
+        .ok_or(LiveputError::MissingPartition { stages: to_config.pipeline_stages })?;
+    let serial: f64 =
+        partition.state_bytes_per_stage.iter().map(|&b| transfer_ms(&profile.transfer_curve, b)).sum();
+    let checkpoint = if first_start {
+        0.0
+    } else {
+        plan::check_value(|| "checkpoint_restart_ms".into(), profile.checkpoint_restart_ms)?
+    };
+    Ok(RestartCost {
+        kind: MigrationKind::Restart,
+        duration_ms: r_type + checkpoint + serial,
+        add,
+        concurrent_ms: r_type,
+        checkpoint_ms: checkpoint,
+        serial_transfer_ms: serial,
+        bytes_moved: model.restart_bytes,
+        lost_work: false,
+    })
+}
+
+/// Samples of running `to` for one interval of `interval_ms` under
+/// [`MigrationMode::RestartOnChange`], with `carried_ms` of an earlier restart
+/// still to run; deterministic (the cost does not depend on who is preempted).
+///
+/// The artifact's carry rule (`ThroughputOptimized.optimize`): when the
+/// interval restarts while an earlier restart is still running, the earlier
+/// one is abandoned and the new one pays its full cost plus a concurrent
+/// restart (`cost + estimate_concurrent_restart_cost`, i.e. `+ R_type`);
+/// otherwise the busy time is the new cost, or the carried time when nothing
+/// restarts. Samples `throughput(to) x max(0, T - busy)`, leftover `max(0,
+/// busy - T)`. A pause trains nothing and lets the carried time run out.
+#[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
+pub fn restart_liveput(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+    interval_ms: f64,
+    carried_ms: f64,
+) -> Result<LiveputValue, LiveputError> {
+    check_times(interval_ms, carried_ms)?;
+    let cost = restart_transition(profile, from, instances_before, preempted, arrived, to)?;
+    let busy = match cost.kind {
+        MigrationKind::Restart if carried_ms > 0.0 => cost.duration_ms + cost.concurrent_ms,
+        MigrationKind::Restart => cost.duration_ms,
+        _ => carried_ms,
+    };
+    let trained = match to {
+        Some(to) => samples_per_second(profile, to)? * (interval_ms - busy).max(0.0) / 1000.0,
+        None => 0.0,
+    };
+    Ok(LiveputValue { expected_samples: trained, expected_leftover_ms: (busy - interval_ms).max(0.0) })
+}
+
+/// [`liveput`] or [`restart_liveput`], as `mode` says.
+#[allow(clippy::too_many_arguments)] // the mode, the transition's six fields, the interval and carry
+pub fn liveput_with_mode(
+    mode: MigrationMode,
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+    interval_ms: f64,
+    carried_ms: f64,
+) -> Result<LiveputValue, LiveputError> {
+    match mode {
+        MigrationMode::Live => {
+            liveput(profile, from, instances_before, preempted, arrived, to, interval_ms, carried_ms)
+        }
+        MigrationMode::RestartOnChange => {
+            restart_liveput(profile, from, instances_before, preempted, arrived, to, interval_ms, carried_ms)
+        }
+    }
+}
+
+fn check_times(interval_ms: f64, carried_ms: f64) -> Result<(), LiveputError> {
+    if !(interval_ms.is_finite() && interval_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "interval_ms", value: interval_ms });
+    }
+    if !(carried_ms.is_finite() && carried_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
+    }
+    Ok(())
 }
 
 /// Samples a restart from `from` loses: the work since the last checkpoint

@@ -880,3 +880,108 @@ fn random_inputs_never_panic() {
     }
     assert!(ok > 100, "{ok}");
 }
+
+// ---------------------------------------------------------------- restart on change
+
+#[test]
+fn restart_on_change_follows_the_artifacts_reactive_baseline() {
+    // SMALL in 2 stages: [6, 4] layers, 1,900,000 and 660,000 parameters,
+    // 22,800,000 and 7,920,000 bytes of state. On the p3 curve:
+    // t(22.8 MB) = 18622.294 + (38560.219 - 18622.294) x 6022784 / 16777216 µs
+    //            = 25.779728 ms, t(7.92 MB) = 5182.599 + (9727.047 - 5182.599)
+    //            x 3725696 / 4194304 µs = 9.219319 ms; serial sum 34.999047 ms.
+    let profile = profile_with(&SMALL, &all_configs(4, 2));
+    let serial = 34.999_047_180_671_7;
+    // (1,2) has 1 + 2 + 1 + 2 = 6 groups: R_remove = 35 + 6 x 39.3 + 240 +
+    // (300 + 430 x 24) = 11130.8; R_add = 6600 + 2000 + 35 + 6 x 500 + 240 +
+    // 10620 = 22495. (2,2) has 9 groups: R_add = 23995.
+    assert!(close(r_remove(&profile, 1, 2), 11_130.8, 1e-12));
+    assert!(close(r_add(&profile, 1, 2), 22_495.0, 1e-12));
+    assert!(close(r_add(&profile, 2, 2), 23_995.0, 1e-12));
+
+    // A preemption, no arrival: remove, checkpoint 14 s, serial transfer.
+    let c = restart_transition(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2)).unwrap();
+    assert_eq!(c.kind, MigrationKind::Restart);
+    assert!(!c.add && !c.lost_work);
+    assert!(close(c.duration_ms, 11_130.8 + 14_000.0 + serial, 1e-12), "{c:?}");
+    assert!(close(c.serial_transfer_ms, serial, 1e-12));
+    assert_eq!(c.checkpoint_ms, 14_000.0);
+    assert!(close(c.concurrent_ms, 11_130.8, 1e-12));
+    assert_eq!(c.bytes_moved, 22_800_000 + 7_920_000);
+
+    // An arrival (even with a preemption in the same interval): add.
+    let c = restart_transition(&profile, cfg(1, 2), 3, 1, 2, cfg(2, 2)).unwrap();
+    assert!(c.add);
+    assert!(close(c.duration_ms, 23_995.0 + 14_000.0 + serial, 1e-12), "{c:?}");
+    assert_eq!(c.bytes_moved, 2 * (22_800_000 + 7_920_000));
+
+    // Any event restarts, even a lost spare with the layout unchanged.
+    let c = restart_transition(&profile, cfg(1, 2), 3, 1, 0, cfg(1, 2)).unwrap();
+    assert_eq!(c.kind, MigrationKind::Restart);
+    assert!(close(c.duration_ms, 11_130.8 + 14_000.0 + serial, 1e-12));
+
+    // Nothing happened, same layout: free. A pause: free.
+    let c = restart_transition(&profile, cfg(2, 2), 4, 0, 0, cfg(2, 2)).unwrap();
+    assert_eq!((c.kind, c.duration_ms), (MigrationKind::None, 0.0));
+    let c = restart_transition(&profile, cfg(2, 2), 4, 3, 0, None).unwrap();
+    assert_eq!((c.kind, c.duration_ms), (MigrationKind::None, 0.0));
+
+    // First start: add, no checkpoint. Resume after a pause: checkpoint.
+    let c = restart_transition(&profile, None, 0, 0, 4, cfg(2, 2)).unwrap();
+    assert!(c.add);
+    assert!(close(c.duration_ms, 23_995.0 + serial, 1e-12), "{c:?}");
+    let c = restart_transition(&profile, None, 1, 0, 3, cfg(2, 2)).unwrap();
+    assert!(close(c.duration_ms, 23_995.0 + 14_000.0 + serial, 1e-12), "{c:?}");
+
+    // Errors are the live model's.
+    assert!(matches!(
+        restart_transition(&profile, cfg(2, 2), 4, 1, 0, cfg(2, 2)),
+        Err(LiveputError::ToDoesNotFit { .. })
+    ));
+    assert!(matches!(
+        restart_transition(&profile, cfg(2, 2), 4, 5, 0, cfg(1, 2)),
+        Err(LiveputError::PreemptedAboveInstances { .. })
+    ));
+}
+
+#[test]
+fn restart_liveput_carries_as_the_artifact() {
+    let profile = profile_with(&SMALL, &all_configs(4, 2));
+    let serial = 34.999_047_180_671_7;
+    let sps = 40.0 / 1.1; // (1,2)
+    let cost = 11_130.8 + 14_000.0 + serial;
+    // No carry: the restart's own cost.
+    let v = restart_liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0).unwrap();
+    assert!(close(v.expected_samples, sps * (60_000.0 - cost) / 1000.0, 1e-12), "{v:?}");
+    assert_eq!(v.expected_leftover_ms, 0.0);
+    // A restart in flight: dropped, the new one pays R_remove on top.
+    let v = restart_liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 30_000.0, 50_000.0).unwrap();
+    assert_eq!(v.expected_samples, 0.0);
+    assert!(close(v.expected_leftover_ms, cost + 11_130.8 - 30_000.0, 1e-12), "{v:?}");
+    // No event: the carried time runs on.
+    let v = restart_liveput(&profile, cfg(1, 2), 3, 0, 0, cfg(1, 2), 60_000.0, 10_000.0).unwrap();
+    assert!(close(v.expected_samples, sps * 50.0, 1e-12));
+    assert_eq!(v.expected_leftover_ms, 0.0);
+    // The mode dispatch: live is `liveput`, bit for bit.
+    let live = liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0).unwrap();
+    let with = liveput_with_mode(MigrationMode::Live, &profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0)
+        .unwrap();
+    assert_eq!(live, with);
+    let restart = liveput_with_mode(
+        MigrationMode::RestartOnChange,
+        &profile,
+        cfg(2, 2),
+        4,
+        1,
+        0,
+        cfg(1, 2),
+        60_000.0,
+        0.0,
+    )
+    .unwrap();
+    assert!(restart.expected_samples <= live.expected_samples);
+    assert!(matches!(
+        restart_liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), f64::NAN, 0.0),
+        Err(LiveputError::BadTime { .. })
+    ));
+}
