@@ -5,9 +5,11 @@
 //! - `whole-trace/all-models`: the paper's policy (ARIMA forecast + liveput
 //!   plan, exact expectations, H = 12) at every interval of the 11.4 h p3
 //!   trace, for all five models, with a fresh transition cache per model.
-//! - `decision/N=32`: one interval's decision on a fleet
-//!   that just lost instances, with a cold cache (first decision of a run) and
-//!   a warm one (steady state).
+//! - `decision/N=32`, `decision/N=1024`: one interval's decision (H = 12) on
+//!   a fleet that just lost instances, with a cold cache (first decision of a
+//!   run) and a warm one (steady state). N = 1024 uses the GPT-1.5B profile
+//!   scaled to every width that fits ([`scaled_to`], 1,806 layouts), which
+//!   the planner prunes (`parcae_policy_core::plan`, *Pruning*).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -18,7 +20,8 @@ use parcae_e2e::workspace_root;
 use parcae_policy_core::arima::Arima;
 use parcae_policy_core::optimizer::Liveput;
 use parcae_policy_core::{
-    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest, Predictor,
+    ConfigProfile, IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest,
+    Predictor,
 };
 
 const MODELS: [&str; 5] = ["gpt-1.5b", "gpt-6.7b", "bert", "resnet152", "vgg19"];
@@ -30,6 +33,45 @@ fn profiles() -> Vec<ModelProfile> {
     let profile = Profile::load(root.join("../shared/profiles/p3-v100-parcae.json")).unwrap();
     let constants = CostConstants::load(root.join("profiles/cost-constants.json")).unwrap();
     MODELS.iter().map(|m| profile.model_profile(m, &constants).unwrap()).collect()
+}
+
+/// `profile` for a fleet of `n`: every profiled depth `P` gets every width up
+/// to `n / P`; a width beyond the depth's widest profiled one (`d0`, `thr0`)
+/// runs at 90% efficiency per doubling, `thr0 x (D / d0) x 0.9^log2(D / d0)`.
+/// Communicators follow the GPT rule of the artifact (`(d + p + 1 + d x p)
+/// x 500 + 35` ms to add, `x 39.3 + 35` to remove); model build time and the
+/// partitions are the depth's own.
+fn scaled_to(profile: &ModelProfile, n: u32) -> ModelProfile {
+    let mut out = profile.clone();
+    let mut widest: Vec<ConfigProfile> = Vec::new();
+    for c in &profile.configs {
+        let p = c.config.pipeline_stages;
+        match widest.iter_mut().find(|w| w.config.pipeline_stages == p) {
+            Some(w) if w.config.data_parallel < c.config.data_parallel => *w = c.clone(),
+            Some(_) => {}
+            None => widest.push(c.clone()),
+        }
+    }
+    for w in &widest {
+        let (d0, p) = (w.config.data_parallel, w.config.pipeline_stages);
+        for d in d0 + 1..=n / p {
+            let ratio = f64::from(d) / f64::from(d0);
+            let thr = w.samples_per_second * ratio * 0.9f64.powf(ratio.log2());
+            out.configs.push(ConfigProfile {
+                config: ParallelConfig::new(d, p),
+                samples_per_second: thr,
+                iteration_ms: f64::from(out.global_batch_size) * 1000.0 / thr,
+                ..w.clone()
+            });
+        }
+    }
+    for c in &mut out.configs {
+        let (d, p) = (c.config.data_parallel, c.config.pipeline_stages);
+        let groups = f64::from(d + p + 1 + d * p);
+        c.comm_rebuild_add_ms = groups * 500.0 + 35.0;
+        c.comm_rebuild_remove_ms = groups * 39.3 + 35.0;
+    }
+    out
 }
 
 fn p3_series() -> Vec<IntervalStats> {
@@ -110,9 +152,11 @@ fn whole_trace(c: &mut Criterion) {
 
 fn decisions(c: &mut Criterion) {
     let gpt = profiles().remove(0);
-    // N=1024 (about 2,300 layouts) is not here yet: the planner is quadratic in
-    // layouts and its cold decision takes minutes; it needs candidate pruning.
-    let cases = [("N=32", decision_request(&gpt, 32, 3, ParallelConfig::new(4, 8)), &gpt)];
+    let big = scaled_to(&gpt, 1024);
+    let cases = [
+        ("N=32", decision_request(&gpt, 32, 3, ParallelConfig::new(4, 8)), &gpt),
+        ("N=1024", decision_request(&big, 1024, 32, ParallelConfig::new(64, 16)), &big),
+    ];
     let mut group = c.benchmark_group("decision");
     group.sample_size(10).measurement_time(Duration::from_secs(20));
     for (name, request, _) in &cases {

@@ -323,7 +323,7 @@ fn matches_brute_force() {
             restarts_lost +=
                 usize::from(profile.checkpoint_interval_ms > 0.0 && steps.iter().any(|s| s.preempted > 0));
             // The smallest cap: never better, and how often worse.
-            let small = PlanOptions { max_front: 2 };
+            let small = PlanOptions { max_front: 2, ..PlanOptions::default() };
             let capped =
                 best_plan_with(&profile, current, carried, &steps, interval_ms, small, &mut fresh).unwrap();
             assert!(total(&capped) <= dp + 1e-9 * dp.abs().max(1.0));
@@ -837,4 +837,185 @@ fn timing() {
         }
     }
     println!("all receding runs: {:.2} s", all.as_secs_f64());
+}
+
+// ---------------------------------------------------------------- pruning
+
+/// `profile` with every depth scaled to `D` up to `n / P`: a layout not in it
+/// gets the throughput of the depth's widest profiled one, times `D / d0`, at
+/// 90% efficiency per doubling; the communicators of the GPT rule.
+pub(crate) fn scaled(profile: &ModelProfile, n: u32) -> ModelProfile {
+    let mut out = profile.clone();
+    let mut widest: BTreeMap<u32, (u32, f64, f64)> = BTreeMap::new();
+    for c in &profile.configs {
+        let (d, p) = (c.config.data_parallel, c.config.pipeline_stages);
+        let e = widest.entry(p).or_insert((d, c.samples_per_second, c.model_build_ms));
+        if d > e.0 {
+            *e = (d, c.samples_per_second, c.model_build_ms);
+        }
+    }
+    for (&p, &(d0, thr0, build)) in &widest {
+        for d in d0 + 1..=n / p {
+            let ratio = f64::from(d) / f64::from(d0);
+            let thr = thr0 * ratio * 0.9f64.powf(ratio.log2());
+            let groups = f64::from(d + p + 1 + d * p);
+            out.configs.push(ConfigProfile {
+                config: ParallelConfig::new(d, p),
+                samples_per_second: thr,
+                iteration_ms: f64::from(out.global_batch_size) * 1000.0 / thr,
+                comm_rebuild_add_ms: groups * 500.0 + 35.0,
+                comm_rebuild_remove_ms: groups * 39.3 + 35.0,
+                model_build_ms: build,
+            });
+        }
+    }
+    out
+}
+
+/// A horizon of `h` steps from `n` instances: losses and recoveries.
+fn wobbly_steps(rng: &mut SplitMix64, n: u32, h: usize) -> Vec<Step> {
+    let mut before = n;
+    let mut steps = Vec::new();
+    for _ in 0..h {
+        let preempted = if rng.below(2) == 0 { 0 } else { rng.below(n / 16 + 1) };
+        let arrived = if rng.below(3) == 0 { rng.below(n / 16 + 1).min(n - (before - preempted)) } else { 0 };
+        let s = step(before, preempted, arrived);
+        before = s.instances_after().unwrap() as u32;
+        steps.push(s);
+    }
+    steps
+}
+
+#[test]
+fn p3_sized_profiles_are_never_pruned() {
+    let unpruned = PlanOptions { prune_above: usize::MAX, ..PlanOptions::default() };
+    let forced = PlanOptions { prune_above: 0, ..PlanOptions::default() };
+    let mut rng = SplitMix64(64);
+    let mut differs = 0;
+    for name in ["gpt-1.5b", "gpt-6.7b", "bert", "resnet152", "vgg19"] {
+        let profile = p3_like(name);
+        assert!(profile.configs.len() <= PRUNE_ABOVE);
+        for _ in 0..3 {
+            let steps = wobbly_steps(&mut rng, 32, 6);
+            let c = &profile.configs[rng.below(profile.configs.len() as u32) as usize];
+            let current = Some(c.config).filter(|c| c.instances() <= 32);
+            let run = |options| {
+                best_plan_with(
+                    &profile,
+                    current,
+                    0.0,
+                    &steps,
+                    60_000,
+                    options,
+                    &mut TransitionCache::default(),
+                )
+                .unwrap()
+            };
+            let plan = run(PlanOptions::default());
+            assert_eq!(plan, run(unpruned), "{name}");
+            assert_self_consistent(&profile, current, 0.0, &steps, 60_000, &plan);
+            if total(&run(forced)) < total(&plan) {
+                differs += 1;
+            }
+        }
+    }
+    println!("forced pruning worse on {differs} of 15 p3-sized cases");
+}
+
+#[test]
+fn pruned_plans_are_consistent() {
+    let profile = scaled(&p3_like("gpt-1.5b"), 96);
+    assert!(profile.configs.len() > PRUNE_ABOVE);
+    let mut rng = SplitMix64(96);
+    for _ in 0..4 {
+        let steps = wobbly_steps(&mut rng, 96, 4);
+        let current = cfg(8, 8);
+        let mut cache = TransitionCache::default();
+        let plan = best_plan(&profile, current, 0.0, &steps, 60_000, &mut cache).unwrap();
+        assert_self_consistent(&profile, current, 0.0, &steps, 60_000, &plan);
+        // A warm cache gives the same plan.
+        assert_eq!(plan, best_plan(&profile, current, 0.0, &steps, 60_000, &mut cache).unwrap());
+        let unpruned = PlanOptions { prune_above: usize::MAX, ..PlanOptions::default() };
+        let full =
+            best_plan_with(&profile, current, 0.0, &steps, 60_000, unpruned, &mut TransitionCache::default())
+                .unwrap();
+        assert!(total(&plan) <= total(&full) * (1.0 + 1e-12) + 1e-9);
+    }
+}
+
+/// Loss of pruning against the full program, and N = 1024 timings:
+/// `cargo test --release -p parcae-policy-core plan::tests::pruning_loss -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing; run in release with --ignored --nocapture"]
+fn pruning_loss() {
+    use std::time::Instant;
+    let base = p3_like("gpt-1.5b");
+    let unpruned = PlanOptions { prune_above: usize::MAX, ..PlanOptions::default() };
+    let cases: usize = std::env::var("PRUNE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(6);
+    let h: usize = std::env::var("PRUNE_H").ok().and_then(|v| v.parse().ok()).unwrap_or(6);
+    let mut rng = SplitMix64(128);
+    let (mut worse, mut worst) = (0, 0.0f64);
+    let (mut t_full, mut t_pruned) = (0.0, 0.0);
+    for case in 0..cases {
+        let n = 128 + rng.below(129);
+        let profile = scaled(&base, n);
+        let steps = wobbly_steps(&mut rng, n, h);
+        let cur = &profile.configs[rng.below(profile.configs.len() as u32) as usize].config;
+        let current = Some(*cur).filter(|c| c.instances() <= u64::from(n));
+        let t = Instant::now();
+        let pruned =
+            best_plan(&profile, current, 0.0, &steps, 60_000, &mut TransitionCache::default()).unwrap();
+        let tp = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let full =
+            best_plan_with(&profile, current, 0.0, &steps, 60_000, unpruned, &mut TransitionCache::default())
+                .unwrap();
+        let tf = t.elapsed().as_secs_f64();
+        t_pruned += tp;
+        t_full += tf;
+        let (a, b) = (total(&pruned), total(&full));
+        let loss = if b > 0.0 { (b - a) / b } else { 0.0 };
+        if a < b {
+            worse += 1;
+            worst = worst.max(loss);
+        }
+        let show = |p: &[PlannedStep]| {
+            configs_of(p)
+                .iter()
+                .map(|c| c.map_or("pause".into(), |c| c.to_string()))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!("  pruned [{}]\n  full   [{}]", show(&pruned), show(&full));
+        println!(
+            "case {case}: N={n} {} layouts H={h} current {:?}: pruned {a:.1} in {tp:.3} s, full {b:.1} in {tf:.2} s, \
+             loss {:.4}%",
+            profile.configs.len(),
+            current.map(|c| c.to_string()),
+            loss * 100.0
+        );
+    }
+    println!(
+        "pruned below full on {worse} of {cases} cases, worst {:.4}%; total {t_pruned:.2} s pruned, {t_full:.1} s full",
+        worst * 100.0
+    );
+
+    // One N = 1024 decision, H = 12.
+    let big = scaled(&base, 1024);
+    let steps = wobbly_steps(&mut SplitMix64(1024), 1024, 12);
+    let current = cfg(64, 16);
+    let mut cache = TransitionCache::default();
+    let t = Instant::now();
+    let plan = best_plan(&big, current, 0.0, &steps, 60_000, &mut cache).unwrap();
+    let cold = t.elapsed();
+    let t = Instant::now();
+    best_plan(&big, current, 0.0, &steps, 60_000, &mut cache).unwrap();
+    println!(
+        "N=1024 {} layouts H=12: {:.3} s cold ({} distributions), {:.2} ms warm; plan {:?}",
+        big.configs.len(),
+        cold.as_secs_f64(),
+        cache.stats().misses,
+        t.elapsed().as_secs_f64() * 1e3,
+        configs_of(&plan).iter().map(|c| c.map_or("pause".into(), |c| c.to_string())).collect::<Vec<_>>()
+    );
 }
