@@ -11,8 +11,8 @@ fn main() {
     let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("policies");
     rerun_if_changed(root, &["policies"]);
     let guests = [
-        Guest { package: "reactive-policy", features: &[], output: "reactive.wasm" },
-        Guest { package: "arima-liveput-policy", features: &[], output: "arima_liveput.wasm" },
+        Guest { package: "reactive-policy", output: "reactive.wasm" },
+        Guest { package: "arima-liveput-policy", output: "arima_liveput.wasm" },
     ];
     if let Err(message) = build(root, &out, &guests) {
         eprintln!("{message}");

@@ -11,7 +11,7 @@ fn main() {
     let root = Path::new(&manifest).parent().expect("tests/ is inside the workspace");
     let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("policies");
     rerun_if_changed(root, &["policies", "tests/fixtures"]);
-    let guest = |package, output| Guest { package, features: &[], output };
+    let guest = |package, output| Guest { package, output };
     let guests = [
         guest("reactive-policy", "reactive.wasm"),
         guest("arima-liveput-policy", "arima_liveput.wasm"),

@@ -14,17 +14,14 @@ pub const DEFAULT_POLICY: &str = "builtin:arima-liveput";
 /// Name of an embedded policy on the command line: `builtin:NAME`.
 pub const BUILTIN_PREFIX: &str = "builtin:";
 
-/// The embedded policies by name.
-pub fn builtin_policy(name: &str) -> Option<&'static [u8]> {
-    match name {
-        "reactive" => Some(REACTIVE_POLICY),
-        "arima-liveput" => Some(ARIMA_LIVEPUT_POLICY),
-        _ => None,
-    }
-}
+/// The embedded policies, by the name used after `builtin:`.
+pub const BUILTIN_POLICIES: &[(&str, &[u8])] =
+    &[("arima-liveput", ARIMA_LIVEPUT_POLICY), ("reactive", REACTIVE_POLICY)];
 
-/// Names accepted after `builtin:`.
-pub const BUILTIN_POLICIES: &[&str] = &["arima-liveput", "reactive"];
+/// The embedded policy called `name`.
+pub fn builtin_policy(name: &str) -> Option<&'static [u8]> {
+    BUILTIN_POLICIES.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)
+}
 
 /// The project's demo trace (8 instances, one hour), used when no trace is given.
 pub const DEMO_TRACE: (&str, &str) = ("traces/demo-8node.csv", include_str!("../../traces/demo-8node.csv"));

@@ -12,7 +12,8 @@ use crate::embedded::{BUILTIN_POLICIES, BUILTIN_PREFIX, builtin_policy};
 pub fn load_policy(runtime: &PolicyRuntime, spec: &str) -> anyhow::Result<Arc<PolicyComponent>> {
     if let Some(name) = spec.strip_prefix(BUILTIN_PREFIX) {
         let Some(bytes) = builtin_policy(name) else {
-            bail!("unknown built-in policy '{name}'; available: {}", BUILTIN_POLICIES.join(", "));
+            let names: Vec<&str> = BUILTIN_POLICIES.iter().map(|(n, _)| *n).collect();
+            bail!("unknown built-in policy '{name}'; available: {}", names.join(", "));
         };
         return Ok(runtime.load_bytes(spec, bytes)?);
     }

@@ -17,8 +17,6 @@ pub const GUEST_PROFILE: &str = "guest";
 pub struct Guest<'a> {
     /// Cargo package name of the guest crate.
     pub package: &'a str,
-    /// Cargo features to enable (one build per feature set).
-    pub features: &'a [&'a str],
     /// File name of the component in the output directory (e.g. `reactive.wasm`).
     pub output: &'a str,
 }
@@ -41,9 +39,6 @@ pub fn build(workspace_root: &Path, out_dir: &Path, guests: &[Guest<'_>]) -> Res
             .args(["--target", GUEST_TARGET, "--profile", GUEST_PROFILE])
             .arg("--target-dir")
             .arg(&target_dir);
-        if !guest.features.is_empty() {
-            command.args(["--features", &guest.features.join(",")]);
-        }
         // The outer build's settings (flags meant for the host target, the
         // jobserver, the outer target dir) must not leak into the guest build.
         for var in [
