@@ -1,0 +1,1 @@
+//! QUIC transport for Parcae (work in progress).

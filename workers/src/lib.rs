@@ -1,0 +1,1 @@
+//! The native worker (work in progress).
