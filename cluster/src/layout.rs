@@ -199,7 +199,10 @@ impl Layout {
             return Err(LayoutError::Config {
                 d,
                 p,
-                reason: format!("D must be between 1 and the {} micro-batches per step", spec.micro_batches()),
+                reason: format!(
+                    "D must be between 1 and the {} micro-batches per step",
+                    spec.micro_batches()
+                ),
             });
         }
         let stages = spec.partition(p).map_err(|e| match e {

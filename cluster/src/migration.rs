@@ -1,0 +1,324 @@
+//! Who sends which layers to whom when the configuration changes.
+//!
+//! Surviving workers already hold the state of some layers. The planner maps
+//! workers onto the (replica, stage) slots of the new layout so that as much
+//! state as possible is already in place (maximum-weight bipartite matching,
+//! solved with Kuhn-Munkres as in SpotServe), then lists the layer transfers
+//! that fill in the rest, spreading the sending over every holder of a layer.
+//! When some layer has no surviving holder the job restarts from its last
+//! checkpoint: every slot loads every layer from there.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
+use crate::assignment::max_weight_assignment;
+use crate::layout::{Layout, Slot};
+
+/// A worker's identity for the lifetime of a job (never reused).
+pub type WorkerId = u64;
+
+/// What an available worker holds before the reconfiguration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holding {
+    pub worker: WorkerId,
+    /// Layers whose current state the worker holds; empty for a worker that just joined.
+    pub layers: Range<usize>,
+}
+
+/// Where a layer's state comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Source {
+    Worker(WorkerId),
+    /// The last checkpoint (at step 0 that is the seeded initial state).
+    Checkpoint,
+}
+
+/// One layer's state moving to a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transfer {
+    pub layer: usize,
+    pub from: Source,
+    pub to: WorkerId,
+    pub bytes: u64,
+}
+
+/// The coarsest thing a reconfiguration does, in the cost model's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MigrationKind {
+    /// Every slot's worker already holds its layers.
+    None,
+    /// New replicas of unchanged stages copy state from a surviving replica.
+    IntraStage,
+    /// Surviving workers take over other stages of the same partition.
+    InterStage,
+    /// The layer ranges of the stages change (a different P).
+    Repartition,
+    /// Some layer lost every holder: everyone reloads the last checkpoint.
+    Restart,
+}
+
+impl MigrationKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigrationKind::None => "none",
+            MigrationKind::IntraStage => "intra-stage",
+            MigrationKind::InterStage => "inter-stage",
+            MigrationKind::Repartition => "repartition",
+            MigrationKind::Restart => "restart",
+        }
+    }
+}
+
+/// How workers are matched to slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Strategy {
+    /// Maximum bytes already in place (Kuhn-Munkres).
+    KuhnMunkres,
+    /// Slots in order to workers in order: the baseline the matching is measured against.
+    Naive,
+}
+
+/// The complete recipe for one reconfiguration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationPlan {
+    pub kind: MigrationKind,
+    /// The worker of every slot of the new layout, replica-major.
+    pub assignment: Vec<(Slot, WorkerId)>,
+    /// Workers left without a slot (they keep nothing and wait).
+    pub idle: Vec<WorkerId>,
+    pub transfers: Vec<Transfer>,
+    /// Bytes sent worker to worker.
+    pub bytes_moved: u64,
+    /// Bytes read from the checkpoint.
+    pub bytes_from_checkpoint: u64,
+}
+
+impl MigrationPlan {
+    /// The slot a worker takes, if any.
+    pub fn slot_of(&self, worker: WorkerId) -> Option<Slot> {
+        self.assignment.iter().find(|(_, w)| *w == worker).map(|(slot, _)| *slot)
+    }
+}
+
+/// Why no plan exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MigrationError {
+    #[error("the layout needs {needed} workers but only {available} are available")]
+    TooFewWorkers { needed: usize, available: usize },
+    #[error("worker {worker} appears twice among the available workers")]
+    DuplicateWorker { worker: WorkerId },
+    #[error("layer range {start}..{end} of worker {worker} is outside the model's {layers} layers")]
+    BadHolding { worker: WorkerId, start: usize, end: usize, layers: usize },
+    #[error("the layout's stages do not cover the model's {layers} layers contiguously")]
+    BadLayout { layers: usize },
+}
+
+fn overlap_bytes(layer_bytes: &[u64], a: &Range<usize>, b: &Range<usize>) -> u64 {
+    let (start, end) = (a.start.max(b.start), a.end.min(b.end));
+    if start >= end { 0 } else { layer_bytes[start..end].iter().sum() }
+}
+
+/// Plans the move from `holdings` (every available worker, survivors and
+/// newcomers alike) to `target`. `previous_stages` is the partition the job ran
+/// before (None at the very start), used to tell a repartition from an
+/// inter-stage move.
+pub fn plan_migration(
+    layer_bytes: &[u64],
+    previous_stages: Option<&[Range<usize>]>,
+    holdings: &[Holding],
+    target: &Layout,
+    strategy: Strategy,
+) -> Result<MigrationPlan, MigrationError> {
+    let layers = layer_bytes.len();
+    let covers = target.stages.first().map(|r| r.start) == Some(0)
+        && target.stages.last().map(|r| r.end) == Some(layers)
+        && target.stages.windows(2).all(|w| w[0].end == w[1].start)
+        && target.stages.iter().all(|r| !r.is_empty())
+        && target.stages.len() == target.pipeline_stages;
+    if !covers {
+        return Err(MigrationError::BadLayout { layers });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for h in holdings {
+        if !seen.insert(h.worker) {
+            return Err(MigrationError::DuplicateWorker { worker: h.worker });
+        }
+        if h.layers.end > layers || h.layers.start > h.layers.end {
+            return Err(MigrationError::BadHolding {
+                worker: h.worker,
+                start: h.layers.start,
+                end: h.layers.end,
+                layers,
+            });
+        }
+    }
+    let slots: Vec<Slot> = target.slots().collect();
+    if slots.len() > holdings.len() {
+        return Err(MigrationError::TooFewWorkers { needed: slots.len(), available: holdings.len() });
+    }
+
+    // Which layers survive somewhere?
+    let lost = (0..layers).any(|l| !holdings.iter().any(|h| h.layers.contains(&l)));
+
+    let columns: Vec<usize> = match strategy {
+        _ if lost => (0..slots.len()).collect(),
+        Strategy::Naive => (0..slots.len()).collect(),
+        Strategy::KuhnMunkres => {
+            let weights: Vec<Vec<u64>> = slots
+                .iter()
+                .map(|&slot| {
+                    let want = target.layers(slot);
+                    holdings.iter().map(|h| overlap_bytes(layer_bytes, &h.layers, &want)).collect()
+                })
+                .collect();
+            max_weight_assignment(&weights)
+        }
+    };
+    let assignment: Vec<(Slot, WorkerId)> =
+        slots.iter().zip(&columns).map(|(&slot, &col)| (slot, holdings[col].worker)).collect();
+    let idle: Vec<WorkerId> =
+        holdings.iter().enumerate().filter(|(i, _)| !columns.contains(i)).map(|(_, h)| h.worker).collect();
+
+    let mut transfers = Vec::new();
+    let mut sent: BTreeMap<WorkerId, u64> = BTreeMap::new();
+    for (&(slot, worker), &col) in assignment.iter().zip(&columns) {
+        let held = if lost { 0..0 } else { holdings[col].layers.clone() };
+        for layer in target.layers(slot) {
+            if held.contains(&layer) {
+                continue;
+            }
+            let bytes = layer_bytes[layer];
+            let from = if lost {
+                Source::Checkpoint
+            } else {
+                // The least-loaded holder sends; ties go to the lowest id.
+                let sender = holdings
+                    .iter()
+                    .filter(|h| h.layers.contains(&layer))
+                    .min_by_key(|h| (sent.get(&h.worker).copied().unwrap_or(0), h.worker))
+                    .expect("a surviving holder exists when nothing is lost")
+                    .worker;
+                *sent.entry(sender).or_default() += bytes;
+                Source::Worker(sender)
+            };
+            transfers.push(Transfer { layer, from, to: worker, bytes });
+        }
+    }
+
+    let moved_stage = assignment.iter().zip(&columns).any(|(&(slot, _), &col)| {
+        let held = &holdings[col].layers;
+        !held.is_empty() && *held != target.layers(slot)
+    });
+    let kind = if lost {
+        MigrationKind::Restart
+    } else if previous_stages.is_some_and(|prev| prev != target.stages.as_slice()) {
+        MigrationKind::Repartition
+    } else if moved_stage {
+        MigrationKind::InterStage
+    } else if !transfers.is_empty() {
+        MigrationKind::IntraStage
+    } else {
+        MigrationKind::None
+    };
+    let bytes_moved = transfers.iter().filter(|t| matches!(t.from, Source::Worker(_))).map(|t| t.bytes).sum();
+    let bytes_from_checkpoint =
+        transfers.iter().filter(|t| t.from == Source::Checkpoint).map(|t| t.bytes).sum();
+    Ok(MigrationPlan { kind, assignment, idle, transfers, bytes_moved, bytes_from_checkpoint })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(d: usize, stages: Vec<Range<usize>>) -> Layout {
+        Layout { data_parallel: d, pipeline_stages: stages.len(), stages }
+    }
+
+    fn h(worker: WorkerId, layers: Range<usize>) -> Holding {
+        Holding { worker, layers }
+    }
+
+    const BYTES: [u64; 4] = [10, 10, 10, 10];
+
+    #[test]
+    fn unchanged_fleet_moves_nothing() {
+        let target = layout(2, vec![0..2, 2..4]);
+        let holdings = [h(1, 0..2), h(2, 2..4), h(3, 0..2), h(4, 2..4)];
+        let plan =
+            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::None);
+        assert!(plan.transfers.is_empty());
+        assert_eq!(plan.bytes_moved, 0);
+    }
+
+    #[test]
+    fn a_replacement_replica_copies_from_a_survivor_of_its_stage() {
+        let target = layout(2, vec![0..2, 2..4]);
+        // Worker 4 (stage 1 of replica 1) died; worker 5 joined.
+        let holdings = [h(1, 0..2), h(2, 2..4), h(3, 0..2), h(5, 0..0)];
+        let plan =
+            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::IntraStage);
+        assert_eq!(plan.bytes_moved, 20);
+        assert!(plan.transfers.iter().all(|t| t.to == 5 && t.from == Source::Worker(2)));
+    }
+
+    #[test]
+    fn matching_beats_naive_order_when_survivors_are_shuffled() {
+        let target = layout(2, vec![0..2, 2..4]);
+        // Listed so that slot order disagrees with what each worker holds.
+        let holdings = [h(1, 2..4), h(2, 0..2), h(3, 2..4), h(4, 0..2)];
+        let km =
+            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let naive =
+            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::Naive).unwrap();
+        assert_eq!(km.bytes_moved, 0);
+        assert_eq!(naive.bytes_moved, 80);
+        assert_eq!(naive.kind, MigrationKind::InterStage);
+    }
+
+    #[test]
+    fn shrinking_the_pipeline_is_a_repartition_that_reuses_overlaps() {
+        let old = vec![0..1, 1..2, 2..3, 3..4];
+        let target = layout(1, vec![0..2, 2..4]);
+        let holdings = [h(1, 0..1), h(2, 1..2), h(3, 2..3), h(4, 3..4)];
+        let plan = plan_migration(&BYTES, Some(&old), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::Repartition);
+        assert_eq!(plan.bytes_moved, 20);
+        assert_eq!(plan.idle.len(), 2);
+    }
+
+    #[test]
+    fn losing_every_holder_of_a_layer_restarts_from_the_checkpoint() {
+        let target = layout(1, vec![0..2, 2..4]);
+        let holdings = [h(1, 0..2), h(7, 0..0)];
+        let plan =
+            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::Restart);
+        assert_eq!(plan.bytes_from_checkpoint, 40);
+        assert_eq!(plan.bytes_moved, 0);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let target = layout(2, vec![0..2, 2..4]);
+        let few = [h(1, 0..2)];
+        assert!(matches!(
+            plan_migration(&BYTES, None, &few, &target, Strategy::KuhnMunkres),
+            Err(MigrationError::TooFewWorkers { needed: 4, available: 1 })
+        ));
+        let dup = [h(1, 0..2), h(1, 2..4), h(2, 0..0), h(3, 0..0)];
+        assert!(matches!(
+            plan_migration(&BYTES, None, &dup, &target, Strategy::KuhnMunkres),
+            Err(MigrationError::DuplicateWorker { worker: 1 })
+        ));
+        let gap = layout(1, vec![0..2, 3..4]);
+        assert!(matches!(
+            plan_migration(&BYTES, None, &[h(1, 0..0), h(2, 0..0)], &gap, Strategy::KuhnMunkres),
+            Err(MigrationError::BadLayout { .. })
+        ));
+    }
+}
