@@ -75,10 +75,10 @@ impl ModelSpec {
                 return fail(field, "must be at least 1");
             }
         }
-        if self.d_model % self.n_heads != 0 {
+        if !self.d_model.is_multiple_of(self.n_heads) {
             return fail("n_heads", "must divide d_model");
         }
-        if self.global_batch % self.micro_batch != 0 {
+        if !self.global_batch.is_multiple_of(self.micro_batch) {
             return fail("micro_batch", "must divide global_batch");
         }
         if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {

@@ -4,6 +4,7 @@
 pub mod assignment;
 pub mod layout;
 pub mod migration;
+pub mod protocol;
 
 pub use layout::{Layout, LayoutError, ModelSpec, Slot};
 pub use migration::{

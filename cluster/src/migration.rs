@@ -25,6 +25,8 @@ pub struct Holding {
     pub worker: WorkerId,
     /// Layers whose current state the worker holds; empty for a worker that just joined.
     pub layers: Range<usize>,
+    /// Under a preemption notice: it may still send its state but takes no slot.
+    pub leaving: bool,
 }
 
 /// Where a layer's state comes from.
@@ -156,31 +158,36 @@ pub fn plan_migration(
         }
     }
     let slots: Vec<Slot> = target.slots().collect();
-    if slots.len() > holdings.len() {
-        return Err(MigrationError::TooFewWorkers { needed: slots.len(), available: holdings.len() });
+    // Only workers that stay can take a slot; leaving ones still send.
+    let candidates: Vec<usize> = (0..holdings.len()).filter(|&i| !holdings[i].leaving).collect();
+    if slots.len() > candidates.len() {
+        return Err(MigrationError::TooFewWorkers { needed: slots.len(), available: candidates.len() });
     }
 
     // Which layers survive somewhere?
     let lost = (0..layers).any(|l| !holdings.iter().any(|h| h.layers.contains(&l)));
 
     let columns: Vec<usize> = match strategy {
-        _ if lost => (0..slots.len()).collect(),
-        Strategy::Naive => (0..slots.len()).collect(),
+        _ if lost => candidates[..slots.len()].to_vec(),
+        Strategy::Naive => candidates[..slots.len()].to_vec(),
         Strategy::KuhnMunkres => {
             let weights: Vec<Vec<u64>> = slots
                 .iter()
                 .map(|&slot| {
                     let want = target.layers(slot);
-                    holdings.iter().map(|h| overlap_bytes(layer_bytes, &h.layers, &want)).collect()
+                    candidates
+                        .iter()
+                        .map(|&i| overlap_bytes(layer_bytes, &holdings[i].layers, &want))
+                        .collect()
                 })
                 .collect();
-            max_weight_assignment(&weights)
+            max_weight_assignment(&weights).into_iter().map(|c| candidates[c]).collect()
         }
     };
     let assignment: Vec<(Slot, WorkerId)> =
         slots.iter().zip(&columns).map(|(&slot, &col)| (slot, holdings[col].worker)).collect();
     let idle: Vec<WorkerId> =
-        holdings.iter().enumerate().filter(|(i, _)| !columns.contains(i)).map(|(_, h)| h.worker).collect();
+        candidates.iter().filter(|i| !columns.contains(i)).map(|&i| holdings[i].worker).collect();
 
     let mut transfers = Vec::new();
     let mut sent: BTreeMap<WorkerId, u64> = BTreeMap::new();
@@ -238,7 +245,7 @@ mod tests {
     }
 
     fn h(worker: WorkerId, layers: Range<usize>) -> Holding {
-        Holding { worker, layers }
+        Holding { worker, layers, leaving: false }
     }
 
     const BYTES: [u64; 4] = [10, 10, 10, 10];
@@ -300,6 +307,20 @@ mod tests {
         assert_eq!(plan.kind, MigrationKind::Restart);
         assert_eq!(plan.bytes_from_checkpoint, 40);
         assert_eq!(plan.bytes_moved, 0);
+    }
+
+    #[test]
+    fn a_worker_under_notice_hands_off_its_state_and_takes_no_slot() {
+        let target = layout(1, vec![0..2, 2..4]);
+        let leaving = Holding { worker: 2, layers: 2..4, leaving: true };
+        let holdings = [h(1, 0..2), leaving, h(3, 0..0)];
+        let plan =
+            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::IntraStage);
+        assert_eq!(plan.slot_of(2), None);
+        assert_eq!(plan.slot_of(3), Some(Slot { replica: 0, stage: 1 }));
+        assert!(plan.transfers.iter().all(|t| t.from == Source::Worker(2) && t.to == 3));
+        assert!(plan.idle.is_empty());
     }
 
     #[test]

@@ -23,6 +23,12 @@
 //! - `artifact`: the Parcae artifact's recorded decisions
 //!   (`artifact:throughput-opt`, `artifact:liveput-truth`,
 //!   `artifact:liveput-predict`) when the trace file carries them.
+//!
+//! Peers (`--peers`): the published systems modelled on the same profile with
+//! their own overheads ([`parcae_sim::peers`]): `bamboo`, `varuna`, `oobleck`
+//! and `on-demand` (a fixed fleet at the on-demand price, the cost
+//! reference), with constants from `profiles/peer-constants.json` (embedded;
+//! `--peer-constants` for another file).
 
 mod svg;
 
@@ -36,7 +42,10 @@ use comfy_table::{CellAlignment, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 use parcae_runtime::{FaultCounts, GuardedPolicy, PolicyComponent};
-use parcae_sim::{ArtifactReplay, ArtifactStrategy, IssueReason, Prices, SimResult};
+use parcae_sim::{
+    ArtifactReplay, ArtifactStrategy, IssueReason, Peer, PeerConstants, PeerError, PeerSettings, Prices,
+    SimResult,
+};
 use parcae_traces::{IntervalSeries, Trace};
 use serde::Serialize;
 
@@ -88,6 +97,64 @@ impl Baseline {
     }
 }
 
+/// A peer system to compare with (`--peers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, ValueEnum)]
+pub enum PeerArg {
+    /// Bamboo (NSDI'23): redundant computation of the successor's stage.
+    Bamboo,
+    /// Varuna (EuroSys'22): checkpoints, restart on every fleet change.
+    Varuna,
+    /// Oobleck (SOSP'23): pipeline templates, f + 1 replicas.
+    Oobleck,
+    /// A fixed on-demand fleet (the cost reference).
+    OnDemand,
+    /// All four.
+    All,
+}
+
+impl PeerArg {
+    /// The peers a list of arguments names, in report order, once each.
+    pub fn expand(args: &[PeerArg]) -> Vec<Peer> {
+        let mut peers: Vec<Peer> = args
+            .iter()
+            .flat_map(|a| match a {
+                PeerArg::Bamboo => vec![Peer::Bamboo],
+                PeerArg::Varuna => vec![Peer::Varuna],
+                PeerArg::Oobleck => vec![Peer::Oobleck],
+                PeerArg::OnDemand => vec![Peer::OnDemand],
+                PeerArg::All => Peer::ALL.to_vec(),
+            })
+            .collect();
+        peers.sort();
+        peers.dedup();
+        peers
+    }
+}
+
+/// The peer constants embedded in the binary (`profiles/peer-constants.json`).
+pub const PEER_CONSTANTS: (&str, &str) =
+    ("profiles/peer-constants.json", include_str!("../../profiles/peer-constants.json"));
+
+/// Parses and checks peer constants; errors name the file and the line or field.
+pub fn parse_peer_constants(text: &str, file: &Path) -> anyhow::Result<PeerConstants> {
+    let constants: PeerConstants = serde_json::from_str(text.strip_prefix('\u{feff}').unwrap_or(text))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    constants.validate().map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    Ok(constants)
+}
+
+/// Loads peer constants from `path`, or the embedded ones.
+pub fn load_peer_constants(path: Option<&Path>) -> anyhow::Result<PeerConstants> {
+    match path {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            parse_peer_constants(&text, path)
+        }
+        None => parse_peer_constants(PEER_CONSTANTS.1, Path::new(PEER_CONSTANTS.0)),
+    }
+}
+
 /// Arguments of `parcae-host bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -108,6 +175,17 @@ pub struct BenchArgs {
     /// Baselines to score, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST", default_values_t = Baseline::ALL)]
     pub baselines: Vec<Baseline>,
+    /// Published systems to compare with, comma-separated (bamboo, varuna,
+    /// oobleck, on-demand, or all), modelled on the same profile.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    pub peers: Vec<PeerArg>,
+    /// The peers' constants (default: the embedded profiles/peer-constants.json).
+    #[arg(long, value_name = "FILE")]
+    pub peer_constants: Option<PathBuf>,
+    /// Seeded draws of which instances are preempted, for the peers that
+    /// depend on it (Bamboo).
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub peer_runs: u32,
     /// Write one JSON record per (trace, policy) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -132,6 +210,27 @@ pub struct BenchSettings {
     pub baselines: Vec<Baseline>,
     /// Prices of one instance.
     pub prices: Prices,
+    /// Peer systems to compare with.
+    pub peers: Vec<Peer>,
+    /// Their constants (needed when `peers` is not empty).
+    pub peer_constants: Option<PeerConstants>,
+    /// Seeded draws for the peers that depend on who is preempted.
+    pub peer_runs: u32,
+}
+
+impl BenchSettings {
+    /// Settings with no peers.
+    pub fn new(interval_ms: u64, horizon: u32, baselines: Vec<Baseline>, prices: Prices) -> Self {
+        Self {
+            interval_ms,
+            horizon,
+            baselines,
+            prices,
+            peers: Vec::new(),
+            peer_constants: None,
+            peer_runs: 64,
+        }
+    }
 }
 
 /// What produced a row.
@@ -140,6 +239,8 @@ pub struct BenchSettings {
 pub enum RowKind {
     Baseline,
     Policy,
+    /// A published system modelled on the same profile.
+    Peer,
 }
 
 /// How a policy behaved in the sandbox.
@@ -216,6 +317,8 @@ pub struct Row {
     pub policy_expected_samples: Option<f64>,
     pub health: Option<PolicyHealth>,
     pub artifact: Option<ArtifactHealth>,
+    /// Which peer, for peer rows.
+    pub peer: Option<Peer>,
 }
 
 /// Everything scored on one trace.
@@ -265,7 +368,8 @@ impl PolicyEntry {
 
 /// Rows the baselines of `settings` produce per trace (sizes the progress bar).
 fn baseline_units(settings: &BenchSettings) -> u64 {
-    settings.baselines.iter().map(|b| if *b == Baseline::Artifact { 3 } else { 1 }).sum()
+    settings.baselines.iter().map(|b| if *b == Baseline::Artifact { 3 } else { 1 }).sum::<u64>()
+        + settings.peers.len() as u64
 }
 
 /// Scores every baseline of `settings` and every policy on one trace.
@@ -293,6 +397,7 @@ pub fn bench_trace(
         policy_expected_samples: None,
         health: None,
         artifact: None,
+        peer: None,
     };
     let mut rows = Vec::new();
     let mut notes = Vec::new();
@@ -384,6 +489,36 @@ pub fn bench_trace(
         }
     }
 
+    if !settings.peers.is_empty() {
+        let constants =
+            settings.peer_constants.as_ref().context("peers asked for without their constants")?;
+        let peer_settings =
+            PeerSettings { interval_ms, prices: settings.prices, runs: settings.peer_runs.max(1), seed: 1 };
+        for &peer in &settings.peers {
+            step(peer.as_str());
+            let run = match peer {
+                Peer::Bamboo => parcae_sim::peers::bamboo(profile, intervals, constants, &peer_settings),
+                Peer::Varuna => parcae_sim::peers::varuna(profile, intervals, constants, &peer_settings),
+                Peer::Oobleck => parcae_sim::peers::oobleck(profile, intervals, constants, &peer_settings),
+                Peer::OnDemand => parcae_sim::peers::on_demand(profile, intervals, constants, &peer_settings),
+            };
+            progress.inc(1);
+            match run {
+                Ok(run) => {
+                    notes.extend(run.notes.iter().cloned());
+                    rows.push(Row {
+                        kind: RowKind::Peer,
+                        peer: Some(peer),
+                        ..baseline_row(peer.as_str(), run.result)
+                    });
+                }
+                // No published figures for this model: say so, skip the row.
+                Err(e @ PeerError::MissingModel { .. }) => notes.push(format!("{e}: row skipped")),
+                Err(e) => return Err(anyhow::Error::from(e).context(format!("{name}: simulating {peer}"))),
+            }
+        }
+    }
+
     let fleet_max = intervals.iter().map(|s| s.instances).max().unwrap_or(0);
     let replay_settings = ReplaySettings { interval_ms, horizon: settings.horizon, fleet_max };
     for policy in policies {
@@ -410,6 +545,7 @@ pub fn bench_trace(
             policy_expected_samples: Some(expected),
             health: Some(health),
             artifact: None,
+            peer: None,
         });
         progress.inc(1);
     }
@@ -568,9 +704,12 @@ pub fn table(bench: &TraceBench) -> Table {
         "$ spot",
         "$ on-demand",
         "$/M spot",
+        "$/M on-demand",
     ]);
     for row in &bench.rows {
         let t = &row.result.totals;
+        // The on-demand fleet is never bought at the spot price.
+        let spot = row.peer != Some(Peer::OnDemand);
         table.add_row(vec![
             row.name.clone(),
             thousands(t.samples),
@@ -583,12 +722,13 @@ pub fn table(bench: &TraceBench) -> Table {
             format!("{:.1}", t.migrations.restart),
             format!("{:.2}", t.migration_hours),
             thousands(t.lost_samples),
-            format!("{:.2}", t.usd_spot),
+            if spot { format!("{:.2}", t.usd_spot) } else { "-".to_string() },
             format!("{:.2}", t.usd_on_demand),
-            optional(t.usd_per_million_samples_spot, 2),
+            optional(t.usd_per_million_samples_spot.filter(|_| spot), 2),
+            optional(t.usd_per_million_samples_on_demand, 2),
         ]);
     }
-    for column in 1..14 {
+    for column in 1..15 {
         if let Some(c) = table.column_mut(column) {
             c.set_cell_alignment(CellAlignment::Right);
         }
@@ -600,7 +740,11 @@ pub fn table(bench: &TraceBench) -> Table {
 pub const LEGEND: &str = "Expected values under the liveput cost model (exact over which instances are preempted). \
 samples: net samples trained (work rolled back by restarts taken off); intra/inter/repart/restart: expected \
 reconfigurations of each kind (restart includes cold starts); h lost: expected hours spent migrating; rolled \
-back: samples lost to restarts from checkpoint; $: every alive instance paid at the spot / on-demand price.";
+back: samples lost to restarts from checkpoint; $: every alive instance paid at the spot / on-demand price; \
+$/M: dollars per million samples. Peers (bamboo, varuna, oobleck: published systems modelled on the same \
+profile with their own overheads; on-demand: a fixed fleet bought on demand, never preempted): intra = a \
+preemption absorbed without reconfiguring (Bamboo's fail-over), inter/repart = a reconfiguration from surviving \
+state, restart = a restart (Varuna's from its checkpoint, Bamboo's fatal failures, cold starts).";
 
 /// A one-line description of a trace's series.
 fn describe(bench: &TraceBench, model: &str) -> String {
@@ -680,7 +824,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let mut baselines = args.baselines.clone();
     baselines.sort();
     baselines.dedup();
-    let settings = BenchSettings { interval_ms, horizon: args.horizon, baselines, prices };
+    let peers = PeerArg::expand(&args.peers);
+    let peer_constants =
+        if peers.is_empty() { None } else { Some(load_peer_constants(args.peer_constants.as_deref())?) };
+    let settings = BenchSettings {
+        peers,
+        peer_constants,
+        peer_runs: args.peer_runs,
+        ..BenchSettings::new(interval_ms, args.horizon, baselines, prices)
+    };
     let runtime = if args.policies.is_empty() { None } else { Some(args.sandbox.runtime()?) };
     let mut policies = Vec::new();
     if let Some(runtime) = &runtime {
@@ -735,4 +887,96 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 /// The series of a trace's instances as a plain vector (for plots).
 fn instances(series: &[IntervalStats]) -> Vec<u32> {
     series.iter().map(|s| s.instances).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_peer_constants_are_valid_and_cover_the_paper_models() {
+        let c = load_peer_constants(None).unwrap();
+        for model in ["gpt-1.5b", "gpt-6.7b", "bert"] {
+            assert!(c.bamboo.models.contains_key(model), "bamboo {model}");
+            assert!(c.varuna.models.contains_key(model), "varuna {model}");
+            assert!(c.oobleck.models.contains_key(model), "oobleck {model}");
+        }
+        // The restart times the issue quotes for Varuna.
+        assert_eq!(c.varuna.models["bert"].restart_ms, 76_000.0);
+        assert_eq!(c.varuna.models["gpt-1.5b"].restart_ms, 83_000.0);
+        assert_eq!(c.varuna.models["gpt-6.7b"].restart_ms, 701_000.0);
+    }
+
+    #[test]
+    fn bad_peer_constants_name_the_file_and_the_field() {
+        let file = Path::new("mine.json");
+        let good: serde_json::Value = serde_json::from_str(PEER_CONSTANTS.1).unwrap();
+
+        let e = parse_peer_constants("{\"bamboo\": ", file).unwrap_err().to_string();
+        assert!(e.starts_with("mine.json: ") && e.contains("line 1"), "{e}");
+
+        let mut v = good.clone();
+        v["varuna"]["models"]["bert"]["restart_sec"] = 3.into();
+        let e = parse_peer_constants(&v.to_string(), file).unwrap_err().to_string();
+        assert!(e.contains("unknown field `restart_sec`"), "{e}");
+
+        let mut v = good.clone();
+        v["bamboo"]["sources"].as_object_mut().unwrap().remove("fallback_slowdown");
+        let e = parse_peer_constants(&v.to_string(), file).unwrap_err().to_string();
+        assert!(e.starts_with("mine.json: bamboo.sources: no citation for `fallback_slowdown`"), "{e}");
+
+        let mut v = good;
+        v["oobleck"]["models"]["bert"]["reconfigure_ms"] = (-2.0).into();
+        let e = parse_peer_constants(&v.to_string(), file).unwrap_err().to_string();
+        assert!(e.starts_with("mine.json: oobleck.models.bert.reconfigure_ms: "), "{e}");
+    }
+
+    #[test]
+    fn peers_join_the_table_or_say_why_not() {
+        let trace = parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), None).unwrap();
+        let profile_args = ProfileArgs { profile: None, model: None, cost_constants: None };
+        let (profile, prices) = profile_args.load_with_prices().unwrap();
+        let mut constants = load_peer_constants(None).unwrap();
+        let settings = BenchSettings {
+            peers: Peer::ALL.to_vec(),
+            peer_constants: Some(constants.clone()),
+            peer_runs: 4,
+            ..BenchSettings::new(60_000, 8, vec![Baseline::Ideal], prices)
+        };
+        // The example model has no published peer figures: rows skipped, said so.
+        let bench = bench_trace(&trace, &profile, &[], &settings, &ProgressBar::hidden()).unwrap();
+        let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["ideal", "on-demand"]);
+        assert!(
+            bench
+                .notes
+                .iter()
+                .any(|n| n.contains("bamboo: the peer constants have no entry for model `tiny-gpt`"))
+        );
+        // With figures for it, every peer has a row, and on-demand has no spot price.
+        let bamboo = constants.bamboo.models["bert"].clone();
+        let varuna = constants.varuna.models["bert"].clone();
+        let oobleck = constants.oobleck.models["bert"].clone();
+        constants.bamboo.models.insert("tiny-gpt".into(), bamboo);
+        constants.varuna.models.insert("tiny-gpt".into(), varuna);
+        constants.oobleck.models.insert("tiny-gpt".into(), oobleck);
+        let settings = BenchSettings { peer_constants: Some(constants), ..settings };
+        let bench = bench_trace(&trace, &profile, &[], &settings, &ProgressBar::hidden()).unwrap();
+        let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["ideal", "bamboo", "varuna", "oobleck", "on-demand"]);
+        for row in &bench.rows {
+            assert!(
+                row.result.totals.samples <= bench.ideal_samples || row.name == "on-demand",
+                "{}",
+                row.name
+            );
+        }
+        let text = table(&bench).to_string();
+        let on_demand = text.lines().find(|l| l.starts_with("| on-demand")).unwrap();
+        let cells: Vec<&str> = on_demand.split('|').map(str::trim).collect();
+        // policy, samples, ..., $ spot (12th), $ on-demand, $/M spot, $/M on-demand.
+        assert_eq!(cells[12], "-");
+        assert_eq!(cells[14], "-");
+        assert_ne!(cells[15], "-");
+    }
 }

@@ -41,6 +41,12 @@ pub enum Command {
     /// Score policies and reference baselines on traces under the liveput
     /// cost model: samples, migrations, time lost, cost.
     Bench(crate::bench::BenchArgs),
+    /// Recommend how many instances of which type to request (spot or
+    /// on-demand) to meet a goal at the least cost; predicted vs simulated.
+    Provision(crate::provision::ProvisionArgs),
+    /// Bytes moved by reconfigurations when workers are matched to slots by
+    /// Kuhn-Munkres versus in naive order, over a policy's decisions on a trace.
+    BenchMigration(crate::migration_bench::MigrationBenchArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -66,6 +72,10 @@ pub enum TraceCommand {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Write lifetime-CDF and preemptions-by-hour SVG plots of each trace
+        /// into this directory (created if missing).
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
     },
     /// Write a trace in the canonical event CSV, or as a per-interval series.
     Convert {
@@ -187,12 +197,16 @@ pub struct ProfileArgs {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Policy(PolicyCommand::Check { policies, sandbox }) => policy_check(&policies, &sandbox),
-        Command::Trace(TraceCommand::Stats { traces, input, json }) => trace_stats(&traces, &input, json),
+        Command::Trace(TraceCommand::Stats { traces, input, json, plot }) => {
+            trace_stats(&traces, &input, json, plot.as_deref())
+        }
         Command::Trace(TraceCommand::Convert { trace, output, to, input }) => {
             trace_convert(&trace, &output, to, &input)
         }
         Command::Replay(args) => replay(&args),
         Command::Bench(args) => crate::bench::run(&args),
+        Command::Provision(args) => crate::provision::run(&args),
+        Command::BenchMigration(args) => crate::migration_bench::run(&args),
     }
 }
 
@@ -229,12 +243,23 @@ fn policy_check(policies: &[String], sandbox: &SandboxArgs) -> anyhow::Result<()
     Ok(())
 }
 
-fn trace_stats(traces: &[PathBuf], input: &TraceInput, json: bool) -> anyhow::Result<()> {
+fn trace_stats(
+    traces: &[PathBuf],
+    input: &TraceInput,
+    json: bool,
+    plot: Option<&Path>,
+) -> anyhow::Result<()> {
     let interval_ms = input.interval_ms()?;
     let mut all = Vec::new();
     for path in traces {
         let trace = input.load(path)?;
         let stats = trace.stats(interval_ms)?;
+        if let Some(dir) = plot {
+            for file in crate::trace_plots::write_plots(&trace, dir)? {
+                // Standard output stays valid JSON with --json.
+                eprintln!("plot: {}", file.display());
+            }
+        }
         if json {
             all.push(stats);
         } else {

@@ -7,5 +7,8 @@
 pub mod bench;
 pub mod cli;
 pub mod embedded;
+pub mod migration_bench;
 pub mod policies;
+pub mod provision;
 pub mod replay;
+pub mod trace_plots;

@@ -46,12 +46,14 @@
 //! ```
 
 mod baselines;
+pub mod peers;
 mod planned;
 
 pub use baselines::{
     ArtifactIssue, ArtifactReplay, ArtifactStrategy, IssueReason, artifact, ideal, ideal_samples, reactive,
 };
 pub use parcae_policy_core::liveput::MigrationMode;
+pub use peers::{Peer, PeerConstants, PeerError, PeerRun, PeerSettings};
 pub use planned::{liveput_truth, oracle, plan_steps};
 
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};

@@ -1,0 +1,135 @@
+//! Control messages between `parcae-host` and a worker.
+//!
+//! Each worker keeps one bidirectional control stream to the host. The host
+//! sends a [`Command`] and waits for the matching [`Reply`]; it never has two
+//! commands in flight to one worker, so the exchange needs no request ids. Every
+//! step is two-phase (compute, then commit or abort) so a peer that dies mid-step
+//! leaves every survivor at the last committed step.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::layout::{Layout, ModelSpec, Slot};
+use crate::migration::WorkerId;
+
+/// Version of this protocol; a worker of another version is refused at hello.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The worker's first message on its control stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    /// The id the host gave a locally started worker; None for a worker that joined.
+    pub worker: Option<WorkerId>,
+    /// Where peers reach this worker's QUIC endpoint.
+    pub peer_addr: SocketAddr,
+    /// What the worker trains on ("cpu", "cuda:0").
+    pub device: String,
+}
+
+/// The host's answer to [`Hello`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub worker: WorkerId,
+    pub spec: ModelSpec,
+    /// How long a worker waits for a peer's activations, gradients or state
+    /// before it fails the command (shorter than the host's own timeout).
+    pub peer_timeout_ms: u64,
+}
+
+/// Where a peer in the current layout lives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peer {
+    pub worker: WorkerId,
+    pub slot: Slot,
+    pub addr: SocketAddr,
+}
+
+/// A layer the worker must obtain before the next step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Fetch {
+    /// Another worker sends it (the receiver waits for it).
+    FromPeer { layer: usize, from: WorkerId },
+    /// Read it from the checkpoint directory.
+    FromCheckpoint { layer: usize, dir: PathBuf },
+    /// Build it from the seed (a restart before the first checkpoint).
+    Fresh { layer: usize },
+}
+
+/// A layer the worker must send to a peer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Send {
+    pub layer: usize,
+    pub to: WorkerId,
+    pub addr: SocketAddr,
+}
+
+/// What the host asks a worker to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Move state for a new configuration: send, fetch, then keep only `keep`
+    /// and train from `step`. `epoch` numbers reconfigurations (transfer ids).
+    Reconfigure {
+        epoch: u64,
+        step: u64,
+        layout: Layout,
+        /// None: the worker is idle in this configuration (it holds nothing afterwards).
+        slot: Option<Slot>,
+        keep: Range<usize>,
+        sends: Vec<Send>,
+        fetches: Vec<Fetch>,
+        /// Every worker with a slot, so the pipeline and collective can find each other.
+        peers: Vec<Peer>,
+    },
+    /// Compute the gradients of `step` (parameters unchanged until [`Command::Commit`]).
+    /// `attempt` is unique per step command, so messages of an aborted attempt
+    /// can never be mistaken for those of its retry.
+    Step { step: u64, attempt: u64 },
+    /// Apply the computed update of `step`.
+    Commit { step: u64 },
+    /// Discard the gradients of `step` (a peer failed).
+    Abort { step: u64 },
+    /// Write the held layers' state at the current step into `dir`.
+    Checkpoint { step: u64, dir: PathBuf },
+    /// A preemption notice: the worker will be killed after `grace_ms`.
+    Notice { grace_ms: u64 },
+    /// Stop cleanly.
+    Shutdown,
+}
+
+/// A worker's answer to one [`Command`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Reply {
+    Reconfigured {
+        bytes_sent: u64,
+        bytes_received: u64,
+        resent_chunks: u64,
+        millis: f64,
+    },
+    /// `loss_sum` is the summed per-micro-batch mean loss on a last stage (None elsewhere).
+    Stepped {
+        step: u64,
+        loss_sum: Option<f64>,
+        micro_batches: usize,
+        millis: f64,
+    },
+    Committed {
+        step: u64,
+    },
+    Aborted {
+        step: u64,
+    },
+    Checkpointed {
+        step: u64,
+        bytes: u64,
+    },
+    Noted,
+    Bye,
+    /// The command failed; the worker is still consistent at its last committed step.
+    Failed {
+        reason: String,
+    },
+}

@@ -1,0 +1,436 @@
+//! Published peer systems, each modelled from its published mechanism on the
+//! same profile (throughput per layout, transfer curve, start-up times) as
+//! Parcae, with its own overheads layered on top:
+//!
+//! - [`bamboo`] (Thorpe et al., NSDI'23): every node also holds and runs its
+//!   successor's stage (redundant computation), so pipelines are deeper and
+//!   steps slower; a single preemption is absorbed by the predecessor at a
+//!   slowdown; losing two consecutive stages, or a node already covering for
+//!   its successor, is a fatal failure (global rendezvous, reconfiguration).
+//! - [`varuna`] (Athlur et al., EuroSys'22): checkpoint every k iterations;
+//!   every fleet change restarts from the last checkpoint in the best layout
+//!   for the new size, losing the work since that checkpoint.
+//! - [`oobleck`] (Jang et al., SOSP'23): pipeline templates with at least `f +
+//!   1` replicas, reconfiguration in seconds from surviving replicas, no
+//!   checkpoint overhead; it cannot run when no template set fits.
+//! - [`on_demand`]: a fixed fleet at the on-demand price, never preempted: the
+//!   cost reference.
+//!
+//! The constants (restart and reconfiguration times, slowdowns...) come from a
+//! data file ([`PeerConstants`], `profiles/peer-constants.json`) where each one
+//! cites its source.
+//!
+//! # Common rules (the same for every system, Parcae included)
+//!
+//! - Time runs in the series' intervals; an interval's events happen at its
+//!   start; a reconfiguration stops training for its duration, and what does not
+//!   fit in the interval carries into the next.
+//! - Instances are usable from the moment the trace adds them, and paid while
+//!   alive (the on-demand fleet: all the time, at the on-demand price).
+//! - Which instances a preemption takes is uniform among those alive, as in the
+//!   liveput cost model: Oobleck's expectation is exact (the liveput
+//!   distribution), Bamboo's (which depends on who covers whom) is the mean
+//!   over [`PeerSettings::runs`] seeded draws, Varuna and on-demand do not
+//!   depend on it.
+//! - The first start costs the profile's cold start (the liveput cost model's
+//!   restart from nothing) for every system; later restarts cost each system's
+//!   own published figure.
+//! - Work that no surviving instance holds any more is lost back to the last
+//!   checkpoint ([`parcae_policy_core::liveput::lost_work_ms`]), as for Parcae.
+//!
+//! Records reuse [`IntervalRecord`]; the kinds mean: `intra_stage` = a
+//! preemption absorbed without reconfiguring (Bamboo's fail-over),
+//! `inter_stage`/`repartition` = a reconfiguration from surviving state
+//! (Bamboo's re-balance, Oobleck's re-instantiation), `restart` = a restart
+//! (Varuna's checkpoint restarts, Bamboo's fatal failures, cold starts).
+
+mod bamboo;
+mod constants;
+mod on_demand;
+mod oobleck;
+mod rng;
+mod varuna;
+
+use parcae_policy_core::liveput::{self, MigrationKind};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use serde::Serialize;
+
+pub use bamboo::{BambooPlan, bamboo, bamboo_with_victims};
+pub use constants::{
+    BambooConstants, BambooModel, ConstantsError, OnDemandConstants, OobleckConstants, OobleckModel,
+    OobleckReconfiguration, PeerConstants, VarunaConstants, VarunaModel,
+};
+pub use on_demand::on_demand;
+pub use oobleck::oobleck;
+pub use varuna::{varuna, young_interval_ms};
+
+use crate::{IntervalRecord, KindProbabilities, Prices, SimError, SimResult};
+
+/// A published peer system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Peer {
+    Bamboo,
+    Varuna,
+    Oobleck,
+    OnDemand,
+}
+
+impl Peer {
+    /// All of them, in report order.
+    pub const ALL: [Peer; 4] = [Peer::Bamboo, Peer::Varuna, Peer::Oobleck, Peer::OnDemand];
+
+    /// Stable name: `bamboo`, `varuna`, `oobleck`, `on-demand`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Peer::Bamboo => "bamboo",
+            Peer::Varuna => "varuna",
+            Peer::Oobleck => "oobleck",
+            Peer::OnDemand => "on-demand",
+        }
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a peer is simulated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PeerSettings {
+    /// Length of one interval, ms.
+    pub interval_ms: u64,
+    /// Prices of one instance.
+    pub prices: Prices,
+    /// Seeded draws of which instances are preempted (Bamboo), >= 1.
+    pub runs: u32,
+    /// Seed of the first draw.
+    pub seed: u64,
+}
+
+impl PeerSettings {
+    /// 60 s intervals, 64 draws, seed 1.
+    pub fn new(interval_ms: u64, prices: Prices) -> Self {
+        Self { interval_ms, prices, runs: 64, seed: 1 }
+    }
+}
+
+/// A peer scored on one series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeerRun {
+    pub peer: Peer,
+    /// Per-interval records and totals, as for any decision sequence.
+    pub result: SimResult,
+    /// What the reader should know: the layout rule, overhead factors,
+    /// counts of the peer's own events, why it could not run.
+    pub notes: Vec<String>,
+}
+
+/// Why a peer could not be simulated.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PeerError {
+    /// The constants have no entry for the profile's model.
+    #[error("{peer}: the peer constants have no entry for model `{model}` (they have: {})", available.join(", "))]
+    MissingModel { peer: Peer, model: String, available: Vec<String> },
+    /// Invalid constants.
+    #[error("peer constants: {0}")]
+    Constants(#[from] ConstantsError),
+    /// A scenario given to [`bamboo_with_victims`] that does not fit the series.
+    #[error("bamboo: interval {interval}: bad victims {reason}")]
+    BadVictims { interval: usize, reason: String },
+    /// A simulation error (inconsistent series, cost model...).
+    #[error(transparent)]
+    Sim(#[from] SimError),
+}
+
+/// The model entry of one peer's table, or [`PeerError::MissingModel`].
+fn model_entry<'a, M>(
+    peer: Peer,
+    models: &'a std::collections::BTreeMap<String, M>,
+    model: &str,
+) -> Result<&'a M, PeerError> {
+    models.get(model).ok_or_else(|| PeerError::MissingModel {
+        peer,
+        model: model.to_string(),
+        available: models.keys().cloned().collect(),
+    })
+}
+
+/// Checks `instances = previous + arrivals - preemptions` along the series.
+fn check_series(series: &[IntervalStats]) -> Result<(), SimError> {
+    let mut before = 0u32;
+    for (interval, s) in series.iter().enumerate() {
+        let ok = s.preemptions <= before
+            && u64::from(before - s.preemptions) + u64::from(s.arrivals) == u64::from(s.instances);
+        if !ok {
+            return Err(SimError::InconsistentSeries {
+                interval,
+                instances_before: before,
+                arrivals: s.arrivals,
+                preemptions: s.preemptions,
+                instances: s.instances,
+            });
+        }
+        before = s.instances;
+    }
+    Ok(())
+}
+
+/// Samples per second of a profiled layout (0 when it is not profiled).
+fn throughput(profile: &ModelProfile, config: ParallelConfig) -> f64 {
+    profile.config(config).map_or(0.0, |c| c.samples_per_second)
+}
+
+/// The profile's cold start into `config`: the liveput cost model's restart
+/// from nothing (`R_add` + checkpoint load + every stage's state).
+fn cold_start_ms(profile: &ModelProfile, config: ParallelConfig, interval: usize) -> Result<f64, SimError> {
+    let arrived = u32::try_from(config.instances()).unwrap_or(u32::MAX);
+    liveput::scenario_cost(profile, None, &[], 0, arrived, Some(config))
+        .map(|c| c.duration_ms)
+        .map_err(|source| SimError::CostModel { interval, source })
+}
+
+/// Samples the work since the last checkpoint is worth at `config`'s speed.
+fn lost_samples_at(profile: &ModelProfile, config: ParallelConfig) -> f64 {
+    liveput::lost_work_ms(profile) * throughput(profile, config) / 1000.0
+}
+
+/// One interval of training at `samples_per_second` with `busy_ms` of
+/// reconfiguration first: (samples, leftover ms).
+fn train(samples_per_second: f64, busy_ms: f64, interval_ms: f64) -> (f64, f64) {
+    (samples_per_second * (interval_ms - busy_ms).max(0.0) / 1000.0, (busy_ms - interval_ms).max(0.0))
+}
+
+/// A record of one interval whose reconfiguration is deterministic.
+#[allow(clippy::too_many_arguments)] // the fields of one record
+fn record(
+    interval: usize,
+    stats: IntervalStats,
+    config: Option<ParallelConfig>,
+    samples: f64,
+    lost_samples: f64,
+    carried_in_ms: f64,
+    transition_ms: f64,
+    busy_ms: f64,
+    interval_ms: f64,
+    kind: MigrationKind,
+) -> IntervalRecord {
+    let mut p = [0.0; 5];
+    p[kind.index()] = 1.0;
+    let restart = if kind == MigrationKind::Restart { 1.0 } else { 0.0 };
+    IntervalRecord {
+        interval,
+        instances: stats.instances,
+        arrivals: stats.arrivals,
+        preemptions: stats.preemptions,
+        config,
+        samples: samples - lost_samples,
+        lost_samples,
+        migration_ms: busy_ms.clamp(0.0, interval_ms),
+        transition_ms,
+        carried_in_ms,
+        leftover_ms: (busy_ms - interval_ms).max(0.0),
+        kinds: KindProbabilities::from_array(p),
+        p_restart: restart,
+        p_lost_work: if lost_samples > 0.0 { 1.0 } else { 0.0 },
+    }
+}
+
+/// A run where the peer never trains (every interval paused).
+fn never_runs(peer: Peer, series: &[IntervalStats], settings: &PeerSettings, note: String) -> PeerRun {
+    let records = series
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            record(k, *s, None, 0.0, 0.0, 0.0, 0.0, 0.0, settings.interval_ms as f64, MigrationKind::None)
+        })
+        .collect();
+    PeerRun {
+        peer,
+        result: crate::summarize(records, settings.interval_ms, settings.prices),
+        notes: vec![note],
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! A small profile whose figures make hand computation easy.
+    use parcae_policy_core::{ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, StagePartition};
+
+    use super::constants::*;
+    use std::collections::BTreeMap;
+
+    /// Layouts `(d, p)` for `d` in 1..=4 and `p` in {1, 2, 4}: `10 x d x p`
+    /// samples/s, iterations of 1 s (global batch `10 d p`, micro-batch 1 is
+    /// irrelevant to the tests that use it). Every reconfiguration piece costs
+    /// 0 except the checkpoint reload `checkpoint_ms`; no transfer curve.
+    /// Checkpoint interval `checkpoint_interval_ms` (lost work = half of it).
+    pub fn profile(checkpoint_ms: f64, checkpoint_interval_ms: f64) -> ModelProfile {
+        let mut configs = Vec::new();
+        for d in 1..=4u32 {
+            for p in [1u32, 2, 4] {
+                let sps = 10.0 * f64::from(d * p);
+                configs.push(ConfigProfile {
+                    config: ParallelConfig::new(d, p),
+                    samples_per_second: sps,
+                    iteration_ms: 1000.0,
+                    comm_rebuild_add_ms: 0.0,
+                    comm_rebuild_remove_ms: 0.0,
+                    model_build_ms: 0.0,
+                });
+            }
+        }
+        let partitions = [1u32, 2, 4]
+            .into_iter()
+            .map(|p| StagePartition {
+                pipeline_stages: p,
+                layers_per_stage: vec![4 / p; p as usize],
+                state_bytes_per_stage: vec![1000 / u64::from(p); p as usize],
+            })
+            .collect();
+        ModelProfile {
+            model: "toy".into(),
+            global_batch_size: 40,
+            micro_batch_size: 1,
+            configs,
+            partitions,
+            transfer_curve: vec![],
+            rendezvous_ms: 0.0,
+            process_start_ms: 0.0,
+            add_extra_ms: 0.0,
+            checkpoint_restart_ms: checkpoint_ms,
+            checkpoint_interval_ms,
+        }
+    }
+
+    pub fn stats(instances: u32, arrivals: u32, preemptions: u32) -> IntervalStats {
+        IntervalStats { instances, arrivals, preemptions }
+    }
+
+    fn cite(fields: &[&str]) -> BTreeMap<String, String> {
+        fields.iter().map(|f| (f.to_string(), "test".to_string())).collect()
+    }
+
+    /// Constants for model `toy`.
+    pub fn constants() -> PeerConstants {
+        PeerConstants {
+            source: None,
+            bamboo: BambooConstants {
+                sources: cite(&[
+                    "memory_depth_factor",
+                    "forward_fraction",
+                    "fallback_slowdown",
+                    "global_rendezvous_ms",
+                    "overloaded_fraction_limit",
+                ]),
+                memory_depth_factor: 1.0,
+                forward_fraction: 0.0,
+                fallback_slowdown: 2.0,
+                global_rendezvous_ms: 3000.0,
+                overloaded_fraction_limit: 1.0,
+                models: [(
+                    "toy".to_string(),
+                    BambooModel { paper_model: "toy".into(), reconfigure_ms: 6000.0, source: "test".into() },
+                )]
+                .into(),
+            },
+            varuna: VarunaConstants {
+                sources: cite(&["checkpoint_every_iterations"]),
+                checkpoint_every_iterations: Some(10),
+                models: [(
+                    "toy".to_string(),
+                    VarunaModel {
+                        paper_model: "toy".into(),
+                        restart_ms: 20_000.0,
+                        checkpoint_ms: 5000.0,
+                        source: "test".into(),
+                    },
+                )]
+                .into(),
+            },
+            oobleck: OobleckConstants {
+                sources: cite(&["fault_tolerance", "reconfiguration"]),
+                fault_tolerance: 1,
+                reconfiguration: OobleckReconfiguration::Published,
+                models: [(
+                    "toy".to_string(),
+                    OobleckModel { paper_model: "toy".into(), reconfigure_ms: 2000.0, source: "test".into() },
+                )]
+                .into(),
+            },
+            on_demand: OnDemandConstants { sources: cite(&["fleet_instances"]), fleet_instances: None },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use super::*;
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut c = constants();
+        assert_eq!(c.validate(), Ok(()));
+        c.bamboo.sources.remove("fallback_slowdown");
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.path, "bamboo.sources");
+        assert!(e.reason.contains("fallback_slowdown"), "{e}");
+
+        let mut c = constants();
+        c.varuna.sources.insert("checkpoint_ms".into(), "x".into());
+        assert_eq!(c.validate().unwrap_err().path, "varuna.sources.checkpoint_ms");
+
+        let mut c = constants();
+        c.oobleck.models.get_mut("toy").unwrap().reconfigure_ms = -1.0;
+        assert_eq!(c.validate().unwrap_err().path, "oobleck.models.toy.reconfigure_ms");
+
+        let mut c = constants();
+        c.varuna.models.get_mut("toy").unwrap().source = " ".into();
+        assert_eq!(c.validate().unwrap_err().path, "varuna.models.toy.source");
+
+        let mut c = constants();
+        c.bamboo.fallback_slowdown = 0.5;
+        assert_eq!(c.validate().unwrap_err().path, "bamboo.fallback_slowdown");
+
+        let mut c = constants();
+        c.on_demand.fleet_instances = Some(0);
+        assert_eq!(c.validate().unwrap_err().path, "on_demand.fleet_instances");
+    }
+
+    #[test]
+    fn a_missing_model_is_named() {
+        let mut p = profile(0.0, 0.0);
+        p.model = "other".into();
+        let series = [stats(2, 2, 0)];
+        let settings =
+            PeerSettings::new(60_000, Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 3.0 });
+        let e = varuna(&p, &series, &constants(), &settings).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "varuna: the peer constants have no entry for model `other` (they have: toy)"
+        );
+    }
+
+    #[test]
+    fn an_inconsistent_series_is_refused() {
+        let p = profile(0.0, 0.0);
+        let series = [stats(2, 2, 0), stats(3, 0, 0)];
+        let settings =
+            PeerSettings::new(60_000, Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 3.0 });
+        for peer in Peer::ALL {
+            let r = match peer {
+                Peer::Bamboo => bamboo(&p, &series, &constants(), &settings),
+                Peer::Varuna => varuna(&p, &series, &constants(), &settings),
+                Peer::Oobleck => oobleck(&p, &series, &constants(), &settings),
+                Peer::OnDemand => on_demand(&p, &series, &constants(), &settings),
+            };
+            assert!(
+                matches!(r, Err(PeerError::Sim(SimError::InconsistentSeries { interval: 1, .. }))),
+                "{peer}"
+            );
+        }
+    }
+}
