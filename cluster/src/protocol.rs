@@ -44,6 +44,8 @@ pub struct Welcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Peer {
     pub worker: WorkerId,
+    /// The name on its cluster certificate (what a TLS client checks).
+    pub name: String,
     pub slot: Slot,
     pub addr: SocketAddr,
 }
@@ -53,7 +55,7 @@ pub struct Peer {
 pub enum Fetch {
     /// Another worker sends it (the receiver waits for it).
     FromPeer { layer: usize, from: WorkerId },
-    /// Read it from the checkpoint directory.
+    /// Read it from the checkpoint directory of the stage that saved it.
     FromCheckpoint { layer: usize, dir: PathBuf },
     /// Build it from the seed (a restart before the first checkpoint).
     Fresh { layer: usize },
@@ -64,6 +66,8 @@ pub enum Fetch {
 pub struct Send {
     pub layer: usize,
     pub to: WorkerId,
+    /// The receiver's certificate name.
+    pub name: String,
     pub addr: SocketAddr,
 }
 
@@ -92,7 +96,8 @@ pub enum Command {
     Commit { step: u64 },
     /// Discard the gradients of `step` (a peer failed).
     Abort { step: u64 },
-    /// Write the held layers' state at the current step into `dir`.
+    /// Write the held layers' state at the current step into `dir` (one
+    /// directory per stage, so writers never share a manifest).
     Checkpoint { step: u64, dir: PathBuf },
     /// A preemption notice: the worker will be killed after `grace_ms`.
     Notice { grace_ms: u64 },

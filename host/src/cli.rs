@@ -47,6 +47,9 @@ pub enum Command {
     /// Bytes moved by reconfigurations when workers are matched to slots by
     /// Kuhn-Munkres versus in naive order, over a policy's decisions on a trace.
     BenchMigration(crate::migration_bench::MigrationBenchArgs),
+    /// Train for real: start (or accept) workers, replay a trace's preemptions
+    /// and allocations against them, and migrate live state as the policy plans.
+    Run(Box<crate::run::RunArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -207,6 +210,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => crate::bench::run(&args),
         Command::Provision(args) => crate::provision::run(&args),
         Command::BenchMigration(args) => crate::migration_bench::run(&args),
+        Command::Run(args) => crate::run::run(&args),
     }
 }
 

@@ -11,4 +11,5 @@ pub mod migration_bench;
 pub mod policies;
 pub mod provision;
 pub mod replay;
+pub mod run;
 pub mod trace_plots;

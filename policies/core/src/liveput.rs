@@ -423,6 +423,9 @@ pub enum LiveputError {
     DuplicateInstanceId { id: u32 },
     /// The exact computation lost all precision (should not happen).
     Numerical { reason: &'static str },
+    /// Churn probabilities of an interval that are negative, not finite, or
+    /// sum above 1 ([`crate::plan::best_plan_hedged`]).
+    BadChurn { interval: usize, probability: f64 },
 }
 
 impl std::fmt::Display for LiveputError {
@@ -474,6 +477,11 @@ impl std::fmt::Display for LiveputError {
             }
             LiveputError::DuplicateInstanceId { id } => write!(f, "instance {id} preempted twice"),
             LiveputError::Numerical { reason } => write!(f, "numerical failure: {reason}"),
+            LiveputError::BadChurn { interval, probability } => write!(
+                f,
+                "interval {interval}: churn probability {probability} (each must be finite and >= 0, \
+                 their sum at most 1)"
+            ),
         }
     }
 }

@@ -677,6 +677,53 @@ pub fn best_plan_with(
     options: PlanOptions,
     cache: &mut TransitionCache,
 ) -> Result<Vec<PlannedStep>, LiveputError> {
+    best_plan_hedged(profile, current, carried_ms, steps, &[], interval_ms, options, cache)
+}
+
+/// Extra preemptions that may hit one interval on top of its [`Step`], each
+/// replaced by an arrival in the same interval (churn: the fleet ends at the
+/// same size, but the running layout loses instances), with their probability.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Churn {
+    /// Instances preempted on top of the step's own (and as many arrivals).
+    pub extra: u32,
+    /// Probability of this outcome; the outcomes of one interval sum to at
+    /// most 1, the rest is the step as given.
+    pub probability: f64,
+}
+
+/// [`best_plan_with`] when the preemptions of each interval are uncertain:
+/// interval `i` is the mixture of its step as given and, for each entry of
+/// `churn[i]` (missing entries: none), the same step with `extra` more
+/// preemptions and as many more arrivals, with that entry's probability. The
+/// program maximises the expected samples over the mixture: the value and the
+/// carried leftover of a transition are the probability-weighted sums of the
+/// scenarios' (liveput is linear in the outcome distribution, and every
+/// scenario ends at the same instances, so the same layouts fit).
+///
+/// Why: a point forecast of the fleet says nothing about *when* the next burst
+/// of preemptions comes, and planned against a forecast with no preemptions
+/// the program sees no risk at all in a single-replica or barely replicated
+/// layout. Weighting a few burst sizes by their chance per interval makes a
+/// layout that a burst would cut (a restart from the checkpoint, losing the
+/// work since it) cost what it is expected to cost. A certain burst (`1.0`)
+/// is not the same: planned against one in every interval, pausing (which
+/// risks nothing) looks best for ever.
+///
+/// Extra preemptions are clamped to the step's `instances_before`. An
+/// interval with exactly one scenario (no churn, or one entry of probability
+/// 1 covering it) gives bit-identical numbers to [`best_plan_with`].
+#[allow(clippy::too_many_arguments)] // best_plan_with's inputs plus the churn
+pub fn best_plan_hedged(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    churn: &[Vec<Churn>],
+    interval_ms: u64,
+    options: PlanOptions,
+    cache: &mut TransitionCache,
+) -> Result<Vec<PlannedStep>, LiveputError> {
     if !(carried_ms.is_finite() && carried_ms >= 0.0) {
         return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
     }
@@ -697,12 +744,58 @@ pub fn best_plan_with(
     if steps.is_empty() {
         return Ok(Vec::new());
     }
+    let mixes = mixtures(steps, churn)?;
     let ctx = Ctx { profile, cands: candidates(profile)? };
     cache.prepare(profile);
     cache.store.stats.plans += 1;
     let TransitionCache { store, work, .. } = cache;
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
-    run(&ctx, current, carried_ms, steps, &afters, interval_ms as f64, store, work, options)
+    run(&ctx, current, carried_ms, &mixes, &afters, interval_ms as f64, store, work, options)
+}
+
+/// One interval as the program sees it: scenarios `(probability, step)`, all
+/// from the same instances to the same instances.
+type Mixture = Vec<(f64, Step)>;
+
+/// The scenarios of every interval: the step as given with the probability
+/// `churn` leaves, then one per churn entry (entries of probability 0 and
+/// extras clamped to nothing dropped; equal steps merged).
+fn mixtures(steps: &[Step], churn: &[Vec<Churn>]) -> Result<Vec<Mixture>, LiveputError> {
+    let mut out = Vec::with_capacity(steps.len());
+    for (i, &step) in steps.iter().enumerate() {
+        let entries = churn.get(i).map_or(&[][..], Vec::as_slice);
+        let mut total = 0.0f64;
+        for c in entries {
+            if !(c.probability.is_finite() && c.probability >= 0.0) {
+                return Err(LiveputError::BadChurn { interval: i, probability: c.probability });
+            }
+            total += c.probability;
+        }
+        if total > 1.0 + 1e-9 {
+            return Err(LiveputError::BadChurn { interval: i, probability: total });
+        }
+        let mut mix: Mixture = Vec::with_capacity(entries.len() + 1);
+        let mut add = |p: f64, s: Step| {
+            if p <= 0.0 {
+                return;
+            }
+            match mix.iter_mut().find(|(_, t)| *t == s) {
+                Some(slot) => slot.0 += p,
+                None => mix.push((p, s)),
+            }
+        };
+        add((1.0 - total).max(0.0), step);
+        for c in entries {
+            let preempted = step.preempted.saturating_add(c.extra).min(step.instances_before);
+            let extra = preempted - step.preempted;
+            add(c.probability, Step { preempted, arrived: step.arrived.saturating_add(extra), ..step });
+        }
+        if mix.is_empty() {
+            mix.push((1.0, step));
+        }
+        out.push(mix);
+    }
+    Ok(out)
 }
 
 #[allow(clippy::too_many_arguments)] // the call's inputs plus the cache's two halves
@@ -710,7 +803,7 @@ fn run(
     ctx: &Ctx<'_>,
     current: Option<ParallelConfig>,
     carried_ms: f64,
-    steps: &[Step],
+    steps: &[Mixture],
     afters: &[u64],
     interval_ms: f64,
     store: &mut Store,
@@ -742,8 +835,17 @@ fn run(
     prev.clear();
     prev.resize(n_states, (0, 0));
     let start_state = current.and_then(|c| cands.iter().position(|k| k.config == c)).unwrap_or(pause);
-    let allowed = (s > options.prune_above)
-        .then(|| pruned_states(cands, (start_state != pause).then_some(start_state), steps, afters, options));
+    let allowed = (s > options.prune_above).then(|| {
+        // Shrink targets follow the scenario with the most preemptions.
+        let heaviest: Vec<Step> = steps
+            .iter()
+            .map(|m| m.iter().map(|&(_, s)| s).max_by_key(|s| s.preempted).unwrap_or_default())
+            .collect();
+        pruned_states(cands, (start_state != pause).then_some(start_state), &heaviest, afters, options)
+    });
+    // Per scenario of the current interval: probability, table.
+    let mut tables: Vec<(f64, Step, usize)> = Vec::new();
+    let mut heads: Vec<(f64, usize, usize)> = Vec::new();
     let mut live: Vec<usize> = Vec::with_capacity(n_states);
     points.push(Point {
         value: 0.0,
@@ -754,9 +856,12 @@ fn run(
     });
     prev[start_state] = (0, 1);
 
-    for (i, (&step, &after)) in steps.iter().zip(afters).enumerate() {
-        let table = store.table(table_key(step), n_states * n_states);
-        let before = u64::from(step.instances_before);
+    for (i, (mix, &after)) in steps.iter().zip(afters).enumerate() {
+        tables.clear();
+        for &(p, step) in mix {
+            tables.push((p, step, store.table(table_key(step), n_states * n_states)));
+        }
+        let before = u64::from(mix.first().map_or(0, |m| m.1.instances_before));
         // Predecessors with a front, in the layout order.
         live.clear();
         live.extend(order.iter().copied().filter(|&f| prev[f].1 > 0));
@@ -792,14 +897,24 @@ fn run(
                 // (inconsistent steps, or `current`) counts as nothing running.
                 let from = (f != pause && cands[f].instances <= before).then_some(f);
                 let slot = from.unwrap_or(pause) * n_states + t;
-                let (o_start, o_len) = store.entry(table, slot, ctx, step, from, t)?;
-                let outs = &store.outs[o_start..o_start + o_len];
+                heads.clear();
+                for &(p, step, table) in &tables {
+                    let (o_start, o_len) = store.entry(table, slot, ctx, step, from, t)?;
+                    heads.push((p, o_start, o_start + o_len));
+                }
+                // One scenario: exactly `liveput()`'s numbers; several: the
+                // probability-weighted sum of theirs.
+                let single = heads.len() == 1;
                 if t == pause {
                     // `liveput()` of a pause: nothing trained, the in-flight
                     // migration runs on, the lost work still lost.
                     let mut samples = 0.0f64;
-                    for o in outs {
-                        samples -= o.p * o.lost;
+                    for &(w, a, b) in &heads {
+                        let mut part = 0.0f64;
+                        for o in &store.outs[a..b] {
+                            part -= o.p * o.lost;
+                        }
+                        samples += if single { part } else { w * part };
                     }
                     for (k, q) in points[start..start + len].iter().enumerate() {
                         let value = q.value + samples;
@@ -819,13 +934,22 @@ fn run(
                 }
                 let thr_to = cands[t].thr;
                 for (k, q) in points[start..start + len].iter().enumerate() {
-                    // `liveput()`, operation for operation.
                     let (mut samples, mut leftover) = (0.0f64, 0.0f64);
-                    for o in outs {
-                        let busy = q.leftover + o.d;
-                        let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
-                        samples += o.p * (trained - o.lost);
-                        leftover += o.p * (busy - interval_ms).max(0.0);
+                    for &(w, a, b) in &heads {
+                        // `liveput()`, operation for operation.
+                        let (mut part, mut left) = (0.0f64, 0.0f64);
+                        for o in &store.outs[a..b] {
+                            let busy = q.leftover + o.d;
+                            let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
+                            part += o.p * (trained - o.lost);
+                            left += o.p * (busy - interval_ms).max(0.0);
+                        }
+                        if single {
+                            (samples, leftover) = (part, left);
+                        } else {
+                            samples += w * part;
+                            leftover += w * left;
+                        }
                     }
                     let value = q.value + samples;
                     if best.is_some_and(|b| value <= b.value) {

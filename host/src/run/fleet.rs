@@ -1,0 +1,338 @@
+//! The workers of a run: their processes (local mode), their control
+//! connections, preemption notices and kills, and concurrent command calls.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use parcae_cluster::protocol::{Command, Hello, PROTOCOL_VERSION, Reply, Welcome};
+use parcae_cluster::{ModelSpec, WorkerId};
+use std::sync::Arc;
+
+use parcae_net::ClusterCa;
+use tokio::process::{Child, Command as Process};
+use tracing::{info, warn};
+
+/// A worker that connected and said hello, before the host admits it.
+pub struct Arrival {
+    pub hello: Hello,
+    /// The name on the worker's cluster certificate.
+    pub cert_name: String,
+    pub conn: quinn::Connection,
+    pub send: quinn::SendStream,
+    pub recv: quinn::RecvStream,
+}
+
+/// Why a command got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("connection lost: {0}")]
+    Lost(String),
+    #[error("worker {0} is not connected")]
+    NotConnected(WorkerId),
+}
+
+/// One worker's control stream: one command in flight at a time.
+pub struct ControlLink {
+    conn: quinn::Connection,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+}
+
+impl ControlLink {
+    async fn call(&mut self, command: &Command, timeout: Duration) -> Result<Reply, LinkError> {
+        let exchange = async {
+            parcae_net::send_msg(&mut self.send, command)
+                .await
+                .map_err(|e| LinkError::Lost(e.to_string()))?;
+            parcae_net::recv_msg::<_, Reply>(&mut self.recv).await.map_err(|e| LinkError::Lost(e.to_string()))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(LinkError::Timeout(timeout)),
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.conn.close_reason().is_some()
+    }
+}
+
+/// A connected worker.
+pub struct WorkerHandle {
+    link: ControlLink,
+    /// The name on its certificate (what peers check when they dial it).
+    name: String,
+    peer_addr: SocketAddr,
+    node: Option<String>,
+    /// Under a preemption notice: killed at this instant.
+    kill_at: Option<Instant>,
+}
+
+/// How local workers are started.
+pub struct LocalLaunch {
+    pub worker_bin: PathBuf,
+    pub host_addr: SocketAddr,
+    pub identities: PathBuf,
+    pub logs: PathBuf,
+    pub device: String,
+    pub ca: Arc<ClusterCa>,
+}
+
+/// Every worker of the run, local or joined.
+pub struct Fleet {
+    launch: Option<LocalLaunch>,
+    next_id: WorkerId,
+    processes: BTreeMap<WorkerId, (Child, String)>,
+    workers: BTreeMap<WorkerId, WorkerHandle>,
+    dead: BTreeSet<WorkerId>,
+    /// Peer timeout the workers use inside a step (shorter than the host's command timeout).
+    pub peer_timeout: Duration,
+}
+
+impl Fleet {
+    pub fn new(launch: Option<LocalLaunch>, peer_timeout: Duration) -> Self {
+        Fleet {
+            launch,
+            next_id: 1,
+            processes: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            dead: BTreeSet::new(),
+            peer_timeout,
+        }
+    }
+
+    /// Starts a local worker process for trace node `node`; it joins later.
+    pub async fn allocate(&mut self, node: &str) -> anyhow::Result<WorkerId> {
+        let launch = self
+            .launch
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("remote mode: allocations come from workers that join"))?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let dir = launch.identities.join(format!("worker-{id}"));
+        let identity = launch.ca.issue(&format!("worker-{id}"), &["localhost", "127.0.0.1"])?;
+        identity.save(&dir)?;
+        let log_path = launch.logs.join(format!("worker-{id}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let child = Process::new(&launch.worker_bin)
+            .arg("--connect")
+            .arg(launch.host_addr.to_string())
+            .arg("--identity")
+            .arg(&dir)
+            .arg("--id")
+            .arg(id.to_string())
+            .arg("--device")
+            .arg(&launch.device)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting {}: {e}", launch.worker_bin.display()))?;
+        info!(worker = id, node, log = %log_path.display(), "worker process started");
+        self.processes.insert(id, (child, node.to_string()));
+        Ok(id)
+    }
+
+    /// The worker running trace node `node`, if it is still alive.
+    pub fn worker_for_node(&self, node: &str) -> Option<WorkerId> {
+        self.processes.iter().find(|(id, (_, n))| n == node && !self.dead.contains(id)).map(|(id, _)| *id)
+    }
+
+    /// Tells a worker it will be killed after `grace`, and schedules the kill.
+    pub async fn notice(&mut self, id: WorkerId, grace: Duration, timeout: Duration) {
+        let kill_at = Instant::now() + grace;
+        if let Some(handle) = self.workers.get_mut(&id) {
+            handle.kill_at = Some(kill_at);
+            let grace_ms = grace.as_millis() as u64;
+            if let Err(e) = handle.link.call(&Command::Notice { grace_ms }, timeout.min(grace)).await {
+                warn!(worker = id, %e, "notice not acknowledged");
+            }
+        } else {
+            // Not connected yet: nothing to hand off, kill it now.
+            self.kill(id).await;
+        }
+    }
+
+    /// SIGKILL, as the cloud does at the end of a grace period (or without one).
+    pub async fn kill(&mut self, id: WorkerId) {
+        if let Some((child, node)) = self.processes.get_mut(&id) {
+            if let Err(e) = child.start_kill() {
+                warn!(worker = id, %node, %e, "kill failed (already exited?)");
+            }
+            let _ = child.wait().await;
+        }
+        if let Some(handle) = self.workers.remove(&id) {
+            handle.link.conn.close(0u32.into(), b"preempted");
+        }
+        self.dead.insert(id);
+    }
+
+    /// Kills the workers whose grace period ended; returns them with their nodes.
+    pub async fn kill_due(&mut self) -> Vec<(WorkerId, String)> {
+        let now = Instant::now();
+        let due: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, h)| h.kill_at.is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut killed = Vec::new();
+        for id in due {
+            let node = self.workers.get(&id).and_then(|h| h.node.clone()).unwrap_or_default();
+            self.kill(id).await;
+            killed.push((id, node));
+        }
+        killed
+    }
+
+    /// Admits a worker that said hello: checks it, answers with the spec.
+    pub async fn admit(&mut self, arrival: Arrival, spec: &ModelSpec, timeout: Duration) -> Option<WorkerId> {
+        let Arrival { hello, cert_name, conn, send, recv } = arrival;
+        let refuse = |reason: String| {
+            warn!(remote = %conn.remote_address(), %cert_name, %reason, "worker refused");
+            conn.close(1u32.into(), reason.as_bytes());
+            None
+        };
+        if hello.protocol != PROTOCOL_VERSION {
+            return refuse(format!("protocol {} (host speaks {PROTOCOL_VERSION})", hello.protocol));
+        }
+        let id = match hello.worker {
+            Some(id) => {
+                if cert_name != format!("worker-{id}") {
+                    return refuse(format!("certificate {cert_name} does not belong to worker {id}"));
+                }
+                if !self.processes.contains_key(&id)
+                    || self.dead.contains(&id)
+                    || self.workers.contains_key(&id)
+                {
+                    return refuse(format!("worker {id} was not started by this host or is gone"));
+                }
+                id
+            }
+            None => {
+                let id = self.next_id;
+                self.next_id += 1;
+                id
+            }
+        };
+        let mut link = ControlLink { conn, send, recv };
+        let welcome =
+            Welcome { worker: id, spec: spec.clone(), peer_timeout_ms: self.peer_timeout.as_millis() as u64 };
+        let sent = tokio::time::timeout(timeout, parcae_net::send_msg(&mut link.send, &welcome)).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            warn!(worker = id, "welcome not delivered");
+            return None;
+        }
+        let node = self.processes.get(&id).map(|(_, n)| n.clone());
+        info!(worker = id, addr = %hello.peer_addr, device = %hello.device, "worker joined");
+        self.workers.insert(
+            id,
+            WorkerHandle { link, name: cert_name, peer_addr: hello.peer_addr, node, kill_at: None },
+        );
+        Some(id)
+    }
+
+    /// Workers whose process exited or whose connection closed since the last call.
+    pub fn reap_dead(&mut self) -> Vec<WorkerId> {
+        let mut gone = Vec::new();
+        for (id, (child, _)) in self.processes.iter_mut() {
+            if !self.dead.contains(id) && matches!(child.try_wait(), Ok(Some(_))) {
+                gone.push(*id);
+            }
+        }
+        for (id, handle) in &self.workers {
+            if handle.link.is_closed() && !gone.contains(id) {
+                gone.push(*id);
+            }
+        }
+        for id in &gone {
+            if let Some(handle) = self.workers.remove(id) {
+                handle.link.conn.close(0u32.into(), b"lost");
+            }
+            if let Some((child, _)) = self.processes.get_mut(id) {
+                let _ = child.start_kill();
+            }
+            self.dead.insert(*id);
+        }
+        gone
+    }
+
+    pub fn is_alive(&self, id: WorkerId) -> bool {
+        self.workers.contains_key(&id) && !self.dead.contains(&id)
+    }
+
+    /// Connected workers not under notice: those a new layout may use.
+    pub fn available(&self) -> Vec<WorkerId> {
+        self.workers.iter().filter(|(_, h)| h.kill_at.is_none()).map(|(id, _)| *id).collect()
+    }
+
+    /// Every connected worker, including those under notice.
+    pub fn connected(&self) -> Vec<WorkerId> {
+        self.workers.keys().copied().collect()
+    }
+
+    pub fn peer_addr(&self, id: WorkerId) -> Option<SocketAddr> {
+        self.workers.get(&id).map(|h| h.peer_addr)
+    }
+
+    /// The certificate name of a connected worker.
+    pub fn peer_name(&self, id: WorkerId) -> Option<String> {
+        self.workers.get(&id).map(|h| h.name.clone())
+    }
+
+    /// Sends each worker its command concurrently and collects the replies. A
+    /// worker that does not answer is killed and counted lost, so it can never
+    /// act on a step the host has given up on.
+    pub async fn call_many(
+        &mut self,
+        commands: BTreeMap<WorkerId, Command>,
+        timeout: Duration,
+    ) -> BTreeMap<WorkerId, Result<Reply, LinkError>> {
+        let mut results: BTreeMap<WorkerId, Result<Reply, LinkError>> = BTreeMap::new();
+        for id in commands.keys() {
+            if !self.workers.contains_key(id) {
+                results.insert(*id, Err(LinkError::NotConnected(*id)));
+            }
+        }
+        let calls = self.workers.iter_mut().filter_map(|(id, handle)| {
+            let command = commands.get(id)?;
+            Some(async move { (*id, handle.link.call(command, timeout).await) })
+        });
+        for (id, result) in join_all(calls).await {
+            results.insert(id, result);
+        }
+        let failed: Vec<WorkerId> = results
+            .iter()
+            .filter(|(_, r)| matches!(r, Err(LinkError::Timeout(_) | LinkError::Lost(_))))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in failed {
+            warn!(worker = id, "no answer; treating the worker as lost");
+            self.kill(id).await;
+        }
+        results
+    }
+
+    /// Asks every worker to stop, then makes sure the processes are gone.
+    pub async fn shutdown(&mut self, timeout: Duration) {
+        let commands = self.workers.keys().map(|&id| (id, Command::Shutdown)).collect();
+        let _ = self.call_many(commands, timeout).await;
+        for (id, (child, _)) in self.processes.iter_mut() {
+            match tokio::time::timeout(timeout, child.wait()).await {
+                Ok(_) => {}
+                Err(_) => {
+                    warn!(worker = id, "did not exit after shutdown; killing");
+                    let _ = child.start_kill();
+                }
+            }
+        }
+        self.workers.clear();
+    }
+}

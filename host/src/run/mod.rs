@@ -1,0 +1,354 @@
+//! `parcae-host run`: real training on a (replayed) spot fleet.
+//!
+//! Local mode (the default) starts one `parcae-worker` process per instance of
+//! the trace on loopback, replays the trace in accelerated time (a preemption
+//! is a notice, then SIGKILL; an allocation is a new process) and drives the
+//! job with the loaded policy. Remote workers may join at any time with
+//! `parcae-worker --join ADDR --token T`.
+
+mod fleet;
+mod orchestrator;
+mod report;
+mod timeline;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use parcae_cluster::protocol::Hello;
+use parcae_cluster::{ModelSpec, Strategy};
+use std::sync::Arc;
+
+use parcae_net::{
+    Accepted, ClusterCa, JoinAuthority, JoinToken, NetEndpoint, ServerMode, StreamKind, TransportOptions,
+};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+pub use report::{RunEvent, Summary};
+pub use timeline::{FleetEvent, TimeScale, TimedEvent, timeline};
+
+use crate::cli::{ProfileArgs, SandboxArgs};
+use crate::embedded::DEMO_TRACE;
+use fleet::{Arrival, Fleet, LocalLaunch};
+use orchestrator::RunSettings;
+use report::RunLog;
+
+/// Options of `parcae-host run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Trace to replay (default: the embedded demo trace).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Force the trace's format instead of detecting it.
+    #[arg(long)]
+    pub format: Option<parcae_traces::Format>,
+    /// Wall-clock seconds each trace interval is replayed in.
+    #[arg(long, default_value_t = 4.0)]
+    pub interval_seconds: f64,
+    /// Length of one trace interval (the policy's control interval), seconds of trace time.
+    #[arg(long, default_value_t = 60)]
+    pub trace_interval_seconds: u64,
+    /// Replay only the first N intervals of the trace.
+    #[arg(long)]
+    pub intervals: Option<usize>,
+    /// Preemption notice, seconds of trace time (scaled like the trace).
+    #[arg(long, default_value_t = 30.0)]
+    pub grace_seconds: f64,
+    /// Trace nodes whose removal comes without notice (fault drills); repeatable.
+    #[arg(long = "unannounced", value_name = "NODE")]
+    pub unannounced: Vec<String>,
+    /// Policy component for every interface it exports (`.wasm` or `builtin:NAME`).
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Predictor component (overrides --policy's predictor).
+    #[arg(long)]
+    pub predictor: Option<String>,
+    /// Optimizer component (overrides --policy's optimizer).
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Intervals each forecast and plan covers.
+    #[arg(long, default_value_t = 8)]
+    pub horizon: u32,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Model and batch (JSON, the fields of the worker's ModelSpec; default: the built-in small GPT).
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Take a checkpoint every N committed steps.
+    #[arg(long, default_value_t = 20)]
+    pub checkpoint_every: u64,
+    /// Stop after N committed steps.
+    #[arg(long)]
+    pub max_steps: Option<u64>,
+    /// Directory for checkpoints, worker identities and logs.
+    #[arg(long, default_value = "out/run")]
+    pub run_dir: PathBuf,
+    /// Address the host listens on (workers and joiners connect here).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Start no local workers: wait for workers to join with the printed token.
+    #[arg(long)]
+    pub remote: bool,
+    /// Workers to wait for in remote mode before training starts.
+    #[arg(long, default_value_t = 1)]
+    pub remote_workers: usize,
+    /// The worker binary (default: `parcae-worker` next to this executable).
+    #[arg(long)]
+    pub worker_bin: Option<PathBuf>,
+    /// Device the local workers train on: cpu, cuda, or auto (CUDA when present).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Seconds a worker may take to answer one command before it is counted lost.
+    #[arg(long, default_value_t = 60.0)]
+    pub command_timeout: f64,
+    /// Match workers to slots naively instead of by Kuhn-Munkres (for comparison).
+    #[arg(long)]
+    pub naive_assignment: bool,
+    /// Write the event log and summary as JSON here (default: RUN_DIR/events.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the loss/throughput plot here (default: RUN_DIR/run.svg).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// Runs `parcae-host run`.
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run_async(args))
+}
+
+fn load_spec(path: Option<&Path>) -> anyhow::Result<ModelSpec> {
+    let spec = match path {
+        None => ModelSpec::default(),
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("{}: not a model spec", path.display()))?
+        }
+    };
+    spec.validate().with_context(|| {
+        format!("model spec {}", path.map_or("(built-in)".into(), |p| p.display().to_string()))
+    })?;
+    Ok(spec)
+}
+
+fn worker_bin(args: &RunArgs) -> anyhow::Result<PathBuf> {
+    if let Some(bin) = &args.worker_bin {
+        return Ok(bin.clone());
+    }
+    let exe = std::env::current_exe().context("locating parcae-host")?;
+    let bin = exe.with_file_name(format!("parcae-worker{}", std::env::consts::EXE_SUFFIX));
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not found: build it (cargo build -p parcae-worker) or pass --worker-bin",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.interval_seconds > 0.0, "--interval-seconds must be positive");
+    anyhow::ensure!(args.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
+    anyhow::ensure!(args.checkpoint_every > 0, "--checkpoint-every must be at least 1");
+    anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
+    let spec = load_spec(args.spec.as_deref())?;
+    let profile = args.profile.load()?;
+    for c in &profile.configs {
+        parcae_cluster::Layout::new(
+            &spec,
+            c.config.data_parallel as usize,
+            c.config.pipeline_stages as usize,
+        )
+        .with_context(|| {
+            format!("profile '{}' lists {} which the worker's model cannot run", profile.model, c.config)
+        })?;
+    }
+    let trace = match &args.trace {
+        Some(path) => match args.format {
+            Some(format) => parcae_traces::load_as(path, format)?,
+            None => parcae_traces::load(path)?,
+        },
+        None => parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), args.format)?,
+    };
+    let trace_interval_ms = args.trace_interval_seconds * 1000;
+    let series = trace.series(trace_interval_ms)?;
+    let intervals = args.intervals.unwrap_or(series.len()).min(series.len());
+    let scale =
+        TimeScale { trace_interval_ms, wall_interval: Duration::from_secs_f64(args.interval_seconds) };
+    let end = scale.wall_interval * intervals as u32;
+    let events: Vec<TimedEvent> =
+        timeline(&trace, scale, &args.unannounced).into_iter().filter(|e| e.at < end).collect();
+
+    // Fresh run directory (a previous run's checkpoints are not resumed).
+    let run_dir = &args.run_dir;
+    for sub in ["checkpoints", "identities", "logs"] {
+        let dir = run_dir.join(sub);
+        if dir.exists() && sub != "logs" {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+
+    // The cluster's CA, the host's identity, the join token.
+    let ca = Arc::new(ClusterCa::generate("parcae-cluster")?);
+    let host_identity = ca.issue("parcae-host", &["localhost", "127.0.0.1"])?;
+    let token = JoinToken::generate(ca.fingerprint())?;
+    let endpoint = Arc::new(NetEndpoint::bind(
+        args.listen,
+        &host_identity,
+        ServerMode::AllowJoin,
+        TransportOptions::default(),
+    )?);
+    let host_addr = endpoint.local_addr()?;
+    info!(%host_addr, "host listening");
+    if args.remote {
+        println!("join with: parcae-worker --join {host_addr} --token {token}");
+    }
+    let (arrivals_tx, mut arrivals) = mpsc::channel(64);
+    let authority = Arc::new(JoinAuthority::new(ca.clone(), token.clone()));
+    let accept = tokio::spawn(accept_loop(endpoint.clone(), authority, arrivals_tx));
+
+    let launch = if args.remote {
+        None
+    } else {
+        Some(LocalLaunch {
+            worker_bin: worker_bin(args)?,
+            host_addr,
+            identities: run_dir.join("identities"),
+            logs: run_dir.join("logs"),
+            device: args.device.clone(),
+            ca: ca.clone(),
+        })
+    };
+    let command_timeout = Duration::from_secs_f64(args.command_timeout);
+    let mut fleet = Fleet::new(launch, command_timeout / 2);
+
+    let runtime = args.sandbox.runtime()?;
+    let mut policy = crate::policies::guarded_policy(
+        &runtime,
+        args.policy.as_deref().or(if args.predictor.is_none() && args.optimizer.is_none() {
+            Some(crate::embedded::DEFAULT_POLICY)
+        } else {
+            None
+        }),
+        args.predictor.as_deref(),
+        args.optimizer.as_deref(),
+    )?;
+    let settings = RunSettings {
+        spec: spec.clone(),
+        profile: profile.clone(),
+        scale,
+        intervals,
+        horizon: args.horizon,
+        fleet_max: series.intervals.iter().map(|s| s.instances).max().unwrap_or(0).max(1),
+        grace: scale.wall_len(Duration::from_secs_f64(args.grace_seconds)),
+        checkpoint_every: args.checkpoint_every,
+        checkpoint_root: run_dir.join("checkpoints"),
+        max_steps: args.max_steps,
+        command_timeout,
+        strategy: if args.naive_assignment { Strategy::Naive } else { Strategy::KuhnMunkres },
+    };
+    let events = if args.remote {
+        // No trace-driven processes: wait for joiners, then train on whoever is there.
+        wait_for_joiners(&mut fleet, &mut arrivals, &spec, args.remote_workers, command_timeout).await?;
+        Vec::new()
+    } else {
+        events
+    };
+    let mut log = RunLog::new();
+    let outcome =
+        orchestrator::run_job(&settings, &mut policy, &mut fleet, events, &mut arrivals, &mut log).await;
+    fleet.shutdown(Duration::from_secs(5)).await;
+    accept.abort();
+    endpoint.close();
+    if outcome.is_err() {
+        log.finish(0, None);
+    }
+
+    let json = args.json.clone().unwrap_or_else(|| run_dir.join("events.json"));
+    let plot = args.plot.clone().unwrap_or_else(|| run_dir.join("run.svg"));
+    let settings_json = serde_json::json!({
+        "trace": args.trace.as_ref().map_or(DEMO_TRACE.0.to_string(), |p| p.display().to_string()),
+        "intervals": intervals,
+        "interval_seconds": args.interval_seconds,
+        "trace_interval_seconds": args.trace_interval_seconds,
+        "grace_seconds": args.grace_seconds,
+        "model": profile.model,
+        "spec": spec,
+        "policy": args.policy.clone().unwrap_or_else(|| crate::embedded::DEFAULT_POLICY.to_string()),
+        "strategy": format!("{:?}", settings.strategy),
+    });
+    log.write_json(&json, settings_json)?;
+    log.write_svg(&plot)?;
+    println!("{}", log.summary());
+    println!("  event log: {}  plot: {}", json.display(), plot.display());
+    outcome
+}
+
+/// Accepts connections: workers with a cluster certificate open their control
+/// stream and say hello; a certificate-less peer may only join with the token,
+/// anything else is refused (and logged by the endpoint).
+async fn accept_loop(
+    endpoint: Arc<NetEndpoint>,
+    authority: Arc<JoinAuthority>,
+    arrivals: mpsc::Sender<Arrival>,
+) {
+    while let Some(incoming) = endpoint.accept().await {
+        let acceptor = endpoint.acceptor();
+        let (arrivals, authority) = (arrivals.clone(), authority.clone());
+        tokio::spawn(async move {
+            let remote = incoming.remote_address();
+            let (conn, cert_name) = match acceptor.accept(incoming, Some(&authority)).await {
+                Ok(Accepted::Peer { conn, name }) => (conn, name),
+                Ok(Accepted::Joined { name }) => {
+                    info!(%remote, %name, "a worker joined the cluster (it reconnects with its certificate)");
+                    return;
+                }
+                Err(e) => {
+                    warn!(%remote, %e, "connection refused");
+                    return;
+                }
+            };
+            let hello = async {
+                let stream = parcae_net::accept_stream(&conn).await?;
+                anyhow::ensure!(stream.header.kind == StreamKind::Control, "expected a control stream first");
+                let send =
+                    stream.send.ok_or_else(|| anyhow::anyhow!("control stream must be bidirectional"))?;
+                let mut recv = stream.recv;
+                let hello: Hello = parcae_net::recv_msg(&mut recv).await?;
+                anyhow::Ok((send, recv, hello))
+            };
+            match tokio::time::timeout(Duration::from_secs(10), hello).await {
+                Ok(Ok((send, recv, hello))) => {
+                    let _ = arrivals.send(Arrival { hello, cert_name, conn, send, recv }).await;
+                }
+                Ok(Err(e)) => warn!(%remote, %cert_name, %e, "no hello; connection dropped"),
+                Err(_) => warn!(%remote, %cert_name, "no hello within 10 s; connection dropped"),
+            }
+        });
+    }
+}
+
+async fn wait_for_joiners(
+    fleet: &mut Fleet,
+    arrivals: &mut mpsc::Receiver<Arrival>,
+    spec: &ModelSpec,
+    wanted: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    while fleet.connected().len() < wanted {
+        let Some(arrival) = arrivals.recv().await else { anyhow::bail!("listener stopped") };
+        fleet.admit(arrival, spec, timeout).await;
+    }
+    Ok(())
+}

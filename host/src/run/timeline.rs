@@ -1,0 +1,75 @@
+//! A trace mapped onto wall-clock time: which instance joins or is preempted when.
+
+use std::time::Duration;
+
+use parcae_traces::{EventKind, Trace};
+
+/// What happens to the fleet at one moment of the replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FleetEvent {
+    /// The cloud grants a new instance: start a worker for `node`.
+    Allocate { node: String },
+    /// The cloud reclaims `node`: a notice now, the kill after the grace period
+    /// (at once when the node is listed as unannounced).
+    Preempt { node: String, notice: bool },
+}
+
+/// One event at its wall-clock offset from the start of the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimedEvent {
+    pub at: Duration,
+    pub event: FleetEvent,
+}
+
+/// How trace time maps onto wall time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimeScale {
+    /// Trace milliseconds per control interval (the trace's own interval, 60 s by default).
+    pub trace_interval_ms: u64,
+    /// Wall-clock length of one control interval.
+    pub wall_interval: Duration,
+}
+
+impl TimeScale {
+    /// Wall-clock offset of a trace timestamp.
+    pub fn wall(&self, trace_ms: u64) -> Duration {
+        let ratio = self.wall_interval.as_secs_f64() / (self.trace_interval_ms as f64 / 1000.0);
+        Duration::from_secs_f64(trace_ms as f64 / 1000.0 * ratio)
+    }
+
+    /// Wall-clock length of a trace duration (grace periods).
+    pub fn wall_len(&self, trace: Duration) -> Duration {
+        self.wall(trace.as_millis() as u64)
+    }
+}
+
+/// Every fleet event of `trace`, in order, at wall-clock offsets.
+/// Nodes named in `unannounced` are killed without notice.
+pub fn timeline(trace: &Trace, scale: TimeScale, unannounced: &[String]) -> Vec<TimedEvent> {
+    trace
+        .events()
+        .iter()
+        .map(|e| TimedEvent {
+            at: scale.wall(e.t_ms),
+            event: match e.kind {
+                EventKind::Add => FleetEvent::Allocate { node: e.node.clone() },
+                EventKind::Remove => {
+                    FleetEvent::Preempt { node: e.node.clone(), notice: !unannounced.contains(&e.node) }
+                }
+            },
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scales_trace_time_onto_the_wall_interval() {
+        let scale = TimeScale { trace_interval_ms: 60_000, wall_interval: Duration::from_secs(3) };
+        assert_eq!(scale.wall(60_000), Duration::from_secs(3));
+        assert_eq!(scale.wall(30_000), Duration::from_millis(1500));
+        assert_eq!(scale.wall_len(Duration::from_secs(120)), Duration::from_secs(6));
+    }
+}

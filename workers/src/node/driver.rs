@@ -1,0 +1,239 @@
+//! The compute side of a worker: owns the [`StageTrainer`] on its own thread
+//! and carries out the host's commands one at a time.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parcae_cluster::protocol::{Command, Fetch, Peer, Reply};
+use parcae_cluster::{Layout, ModelSpec, Slot};
+use parcae_worker::tch::Device;
+use parcae_worker::{LayerState, StageTrainer, WorkerError, load_checkpoint, save_checkpoint};
+use tokio::runtime::Handle;
+use tracing::{info, warn};
+
+use super::links::{Neighbour, QuicAllReduce, QuicPipeLink};
+use super::mailbox::Key;
+use super::peers::PeerNet;
+
+/// Where this worker sits in the current configuration.
+struct Placement {
+    layout: Layout,
+    slot: Slot,
+    peers: Vec<Peer>,
+}
+
+/// Carries out commands against the trainer.
+pub struct Driver {
+    spec: ModelSpec,
+    trainer: StageTrainer,
+    placement: Option<Placement>,
+    net: Arc<PeerNet>,
+    rt: Handle,
+    peer_timeout: Duration,
+    /// The attempt whose gradients are pending, if any.
+    pending_attempt: Option<u64>,
+}
+
+impl Driver {
+    pub fn new(
+        spec: ModelSpec,
+        device: Device,
+        net: Arc<PeerNet>,
+        rt: Handle,
+        peer_timeout: Duration,
+    ) -> Result<Self, WorkerError> {
+        let trainer = StageTrainer::new(spec.clone(), device)?;
+        Ok(Driver { spec, trainer, placement: None, net, rt, peer_timeout, pending_attempt: None })
+    }
+
+    /// Runs one command; failures become [`Reply::Failed`] with the state left consistent.
+    pub fn handle(&mut self, command: Command) -> Reply {
+        let result = match command {
+            Command::Reconfigure { epoch, step, layout, slot, keep, sends, fetches, peers } => {
+                self.reconfigure(epoch, step, layout, slot, keep, sends, fetches, peers)
+            }
+            Command::Step { step, attempt } => self.step(step, attempt),
+            Command::Commit { step } => self.commit(step),
+            Command::Abort { step } => {
+                self.trainer.abort();
+                self.pending_attempt = None;
+                Ok(Reply::Aborted { step })
+            }
+            Command::Checkpoint { step, dir } => self.checkpoint(step, &dir),
+            Command::Notice { grace_ms } => {
+                warn!(grace_ms, "preemption notice: the host will move my state before the kill");
+                Ok(Reply::Noted)
+            }
+            Command::Shutdown => Ok(Reply::Bye),
+        };
+        result.unwrap_or_else(|e| {
+            warn!(%e, "command failed");
+            Reply::Failed { reason: e.to_string() }
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reconfigure(
+        &mut self,
+        epoch: u64,
+        step: u64,
+        layout: Layout,
+        slot: Option<Slot>,
+        keep: std::ops::Range<usize>,
+        sends: Vec<parcae_cluster::protocol::Send>,
+        fetches: Vec<Fetch>,
+        peers: Vec<Peer>,
+    ) -> Result<Reply, WorkerError> {
+        let started = Instant::now();
+        if self.trainer.has_pending_step() {
+            self.trainer.abort();
+        }
+        self.net.mailbox.discard_epochs_before(epoch);
+        // 1. Send what others need, from the state as it is now (all at the same step).
+        let mut outgoing = Vec::new();
+        for send in &sends {
+            let bytes = self.trainer.export_layer(send.layer)?.to_bytes();
+            outgoing.push((send.clone(), bytes));
+        }
+        let net = self.net.clone();
+        let sending = self.rt.spawn(async move {
+            let transfers = outgoing.into_iter().map(|(send, bytes)| {
+                let net = net.clone();
+                async move { net.send_state(send.addr, &send.name, epoch, send.layer, bytes).await }
+            });
+            futures_util::future::join_all(transfers).await
+        });
+        // 2. Gather what this worker needs; nothing changes until all of it arrived.
+        let mut incoming: BTreeMap<usize, LayerState> = BTreeMap::new();
+        let mut received = 0u64;
+        let mut checkpoints: BTreeMap<std::path::PathBuf, parcae_worker::Checkpoint> = BTreeMap::new();
+        for fetch in &fetches {
+            let state = match fetch {
+                Fetch::FromPeer { layer, from } => {
+                    let key = Key::State { epoch, layer: *layer as u32 };
+                    let bytes =
+                        self.net.mailbox.take(key, self.peer_timeout).map_err(|e| {
+                            WorkerError::Comm(format!("layer {layer} from worker {from}: {e}"))
+                        })?;
+                    received += bytes.len() as u64;
+                    LayerState::decode_for(&self.spec, *layer, &bytes)?
+                }
+                Fetch::FromCheckpoint { layer, dir } => {
+                    if !checkpoints.contains_key(dir) {
+                        checkpoints.insert(dir.clone(), load_checkpoint(dir, Some(&self.spec))?);
+                    }
+                    let checkpoint = &checkpoints[dir];
+                    checkpoint.layers.iter().find(|s| s.layer == *layer).cloned().ok_or_else(|| {
+                        WorkerError::Sequence(format!("checkpoint {} has no layer {layer}", dir.display()))
+                    })?
+                }
+                Fetch::Fresh { layer } => LayerState::initial(&self.spec, *layer)?,
+            };
+            incoming.insert(state.layer, state);
+        }
+        let sent = self.rt.block_on(sending).map_err(|e| WorkerError::Comm(format!("send task: {e}")))?;
+        let mut bytes_sent = 0;
+        let mut resent_chunks = 0;
+        for result in sent {
+            let stats = result.map_err(|e| WorkerError::Comm(e.to_string()))?;
+            bytes_sent += stats.bytes;
+            resent_chunks += stats.resent_chunks as u64;
+        }
+        if let Some(state) = incoming.values().find(|s| s.step != step) {
+            return Err(WorkerError::StepMismatch { expected: step, found: state.step });
+        }
+        // 3. Swap: drop what is not kept or is being replaced, import the rest.
+        for layer in self.trainer.held_layers() {
+            if !keep.contains(&layer) || incoming.contains_key(&layer) {
+                self.trainer.drop_layer(layer)?;
+            }
+        }
+        for (_, state) in incoming {
+            self.trainer.import_layer(state)?;
+        }
+        if !self.trainer.held_layers().is_empty() || slot.is_some() {
+            self.trainer.set_step(step)?;
+        }
+        let held = self.trainer.held_layers();
+        if held != keep.clone().collect::<Vec<_>>() {
+            return Err(WorkerError::WrongLayers { expected: keep, held });
+        }
+        self.placement = slot.map(|slot| Placement { layout, slot, peers });
+        let millis = started.elapsed().as_secs_f64() * 1000.0;
+        info!(epoch, step, ?slot, bytes_sent, received, millis, "reconfigured");
+        Ok(Reply::Reconfigured { bytes_sent, bytes_received: received, resent_chunks, millis })
+    }
+
+    fn neighbour(&self, placement: &Placement, replica: usize, stage: usize) -> Option<Neighbour> {
+        placement
+            .peers
+            .iter()
+            .find(|p| p.slot == Slot { replica, stage })
+            .map(|p| Neighbour { addr: p.addr, name: p.name.clone() })
+    }
+
+    fn step(&mut self, step: u64, attempt: u64) -> Result<Reply, WorkerError> {
+        let started = Instant::now();
+        let placement =
+            self.placement.as_ref().ok_or_else(|| WorkerError::Sequence("step without a slot".into()))?;
+        if self.trainer.step() != step {
+            return Err(WorkerError::StepMismatch { expected: self.trainer.step(), found: step });
+        }
+        self.net.mailbox.discard_attempts_before(attempt);
+        let Slot { replica, stage } = placement.slot;
+        let layout = placement.layout.clone();
+        let mut link = QuicPipeLink {
+            rt: self.rt.clone(),
+            net: self.net.clone(),
+            attempt,
+            upstream: stage.checked_sub(1).and_then(|s| self.neighbour(placement, replica, s)),
+            downstream: self.neighbour(placement, replica, stage + 1),
+            timeout: self.peer_timeout,
+            device: self.trainer.device(),
+        };
+        let replicas = (0..layout.data_parallel)
+            .map(|r| {
+                self.neighbour(placement, r, stage)
+                    .ok_or_else(|| WorkerError::Sequence(format!("no peer in slot ({r}, {stage})")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut collective = QuicAllReduce {
+            rt: self.rt.clone(),
+            net: self.net.clone(),
+            attempt,
+            my_replica: replica,
+            replicas,
+            timeout: self.peer_timeout,
+        };
+        let slot = placement.slot;
+        let outcome = self.trainer.compute_step(step, &layout, slot, &mut link, &mut collective)?;
+        self.pending_attempt = Some(attempt);
+        Ok(Reply::Stepped {
+            step,
+            loss_sum: outcome.loss_sum,
+            micro_batches: outcome.micro_batches,
+            millis: started.elapsed().as_secs_f64() * 1000.0,
+        })
+    }
+
+    fn commit(&mut self, step: u64) -> Result<Reply, WorkerError> {
+        if !self.trainer.has_pending_step() {
+            return Err(WorkerError::Sequence(format!("commit of step {step} with nothing pending")));
+        }
+        self.trainer.commit()?;
+        self.pending_attempt = None;
+        Ok(Reply::Committed { step })
+    }
+
+    fn checkpoint(&mut self, step: u64, dir: &Path) -> Result<Reply, WorkerError> {
+        if self.trainer.step() != step {
+            return Err(WorkerError::StepMismatch { expected: self.trainer.step(), found: step });
+        }
+        let layers = self.trainer.export_all()?;
+        let bytes = layers.iter().map(|l| l.to_bytes().len() as u64).sum();
+        save_checkpoint(dir, step, self.spec.seed, &layers)?;
+        Ok(Reply::Checkpointed { step, bytes })
+    }
+}

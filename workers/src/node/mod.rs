@@ -1,0 +1,8 @@
+//! The worker process's runtime around the training core: the peer-to-peer
+//! plane over QUIC, the mailbox it fills, the links the trainer uses, and the
+//! driver that carries out the host's commands.
+
+pub mod driver;
+pub mod links;
+pub mod mailbox;
+pub mod peers;
