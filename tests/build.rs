@@ -15,6 +15,7 @@ fn main() {
     let guests = [
         guest("reactive-policy", "reactive.wasm"),
         guest("arima-liveput-policy", "arima_liveput.wasm"),
+        guest("robust-liveput-policy", "robust_liveput.wasm"),
         guest("looping-policy", "looping.wasm"),
         guest("allocating-policy", "allocating.wasm"),
         guest("trapping-policy", "trapping.wasm"),
@@ -26,4 +27,8 @@ fn main() {
         std::process::exit(1);
     }
     println!("cargo:rustc-env=PARCAE_TEST_POLICY_DIR={}", out.display());
+    // The cluster test links libtorch through parcae-worker: find it at run time.
+    if let Ok(dir) = std::env::var("DEP_PARCAE_WORKER_LIBTORCH_LIB") {
+        println!("cargo::rustc-link-arg=-Wl,-rpath,{dir}");
+    }
 }

@@ -264,6 +264,11 @@ impl Fleet {
         gone
     }
 
+    /// Local workers started but not yet connected (and not dead).
+    pub fn pending(&self) -> usize {
+        self.processes.keys().filter(|id| !self.workers.contains_key(id) && !self.dead.contains(id)).count()
+    }
+
     pub fn is_alive(&self, id: WorkerId) -> bool {
         self.workers.contains_key(&id) && !self.dead.contains(&id)
     }

@@ -88,6 +88,8 @@ struct Job {
     dirty: bool,
     /// Step commands sent so far (each attempt gets its own number).
     attempts: u64,
+    /// Whether training ever started (the first layout is a cold start, not a restart).
+    started: bool,
 }
 
 /// Why the loop stopped early.
@@ -119,6 +121,7 @@ pub async fn run_job(
         desired: None,
         dirty: true,
         attempts: 0,
+        started: false,
     };
     let start = Instant::now();
     log.start(start);
@@ -127,6 +130,7 @@ pub async fn run_job(
     let mut interval_counts = IntervalStats::default();
     let mut next_interval = 0usize;
     let mut failures_in_a_row = 0u32;
+    let mut fleet_changed = false;
 
     loop {
         let now = start.elapsed();
@@ -139,7 +143,6 @@ pub async fn run_job(
                         .await
                         .with_context(|| format!("starting a worker for {node}"))?;
                     log.event(RunEvent::Allocated { worker: id, node });
-                    interval_counts.arrivals += 1;
                 }
                 FleetEvent::Preempt { node, notice } => {
                     let Some(id) = fleet.worker_for_node(&node) else {
@@ -147,6 +150,7 @@ pub async fn run_job(
                         continue;
                     };
                     interval_counts.preemptions += 1;
+                    fleet_changed = true;
                     if notice {
                         let grace_ms = settings.grace.as_millis() as u64;
                         fleet.notice(id, settings.grace, settings.command_timeout).await;
@@ -164,46 +168,64 @@ pub async fn run_job(
             log.event(RunEvent::Killed { worker: id, node, announced: true });
             job.dirty = true;
         }
+        let mut joined = Vec::new();
         // 3. Workers that connected.
         while let Ok(arrival) = arrivals.try_recv() {
-            let id = fleet.admit(arrival, &settings.spec, settings.command_timeout).await;
-            if let Some(id) = id {
-                log.event(RunEvent::Joined { worker: id });
-                job.holdings.insert(id, 0..0);
+            if let Some(id) = fleet.admit(arrival, &settings.spec, settings.command_timeout).await {
+                joined.push(id);
             }
+        }
+        for id in joined {
+            log.event(RunEvent::Joined { worker: id });
+            job.holdings.insert(id, 0..0);
+            interval_counts.arrivals += 1;
+            fleet_changed = true;
         }
         // 4. Workers whose process or connection died.
         for id in fleet.reap_dead() {
             log.event(RunEvent::Lost { worker: id });
             job.dirty = true;
+            fleet_changed = true;
         }
         job.holdings.retain(|id, _| fleet.is_alive(*id));
         job.slots.retain(|id, _| fleet.is_alive(*id));
 
-        // 5. An interval boundary: observe, forecast, plan.
-        if now >= settings.scale.wall_interval * next_interval as u32 {
-            if next_interval >= settings.intervals {
-                break;
+        // 5. An interval boundary: observe, forecast, plan. Between boundaries a
+        //    change of the fleet (a join, a notice, a loss) re-plans the interval
+        //    with what is known now, once every started worker has joined.
+        let boundary = now >= settings.scale.wall_interval * next_interval as u32;
+        if boundary && next_interval >= settings.intervals {
+            break;
+        }
+        let replan = !boundary && fleet_changed && !history.is_empty() && fleet.pending() == 0;
+        if boundary || replan {
+            let available = fleet.available().len() as u32;
+            if boundary {
+                history.push(IntervalStats {
+                    instances: available,
+                    arrivals: interval_counts.arrivals,
+                    preemptions: interval_counts.preemptions,
+                });
+                next_interval += 1;
+            } else if let Some(last) = history.last_mut() {
+                last.instances = available;
+                last.arrivals += interval_counts.arrivals;
+                last.preemptions += interval_counts.preemptions;
             }
-            let observed = IntervalStats {
-                instances: fleet.available().len() as u32,
-                arrivals: interval_counts.arrivals,
-                preemptions: interval_counts.preemptions,
-            };
             interval_counts = IntervalStats::default();
-            history.push(observed);
+            fleet_changed = false;
             let decision = decide(settings, policy, &history, job.layout.as_ref());
             log.event(RunEvent::Decision {
-                interval: next_interval,
-                instances: observed.instances,
+                interval: next_interval - 1,
+                instances: available,
                 config: decision.config.map(|c| (c.data_parallel, c.pipeline_stages)),
                 source: decision.source,
+                replan,
             });
             if decision.config != job.desired {
                 job.desired = decision.config;
                 job.dirty = true;
             }
-            next_interval += 1;
         }
         if settings.max_steps.is_some_and(|max| job.step >= max) {
             break;
@@ -257,6 +279,8 @@ pub async fn run_job(
                         {
                             log.event(RunEvent::Joined { worker: id });
                             job.holdings.insert(id, 0..0);
+                            interval_counts.arrivals += 1;
+                            fleet_changed = true;
                         }
                     }
                     _ = tokio::time::sleep(wait) => {}
@@ -482,8 +506,11 @@ async fn reconfigure(
         millis,
         "reconfigured"
     );
+    let cold_start = !job.started;
+    job.started = true;
     log.event(RunEvent::Reconfigured {
         epoch,
+        cold_start,
         step,
         kind: plan.kind,
         data_parallel: target.data_parallel,

@@ -38,14 +38,18 @@ pub enum RunEvent {
     Lost {
         worker: WorkerId,
     },
+    /// `replan`: made mid-interval because the fleet changed.
     Decision {
         interval: usize,
         instances: u32,
         config: Option<(u32, u32)>,
         source: &'static str,
+        replan: bool,
     },
     Reconfigured {
         epoch: u64,
+        /// The job's first layout (nothing to migrate yet).
+        cold_start: bool,
         step: u64,
         kind: MigrationKind,
         data_parallel: usize,
@@ -106,6 +110,7 @@ pub struct Summary {
     pub migrations_inter_stage: usize,
     pub migrations_repartition: usize,
     pub migrations_restart: usize,
+    pub cold_starts: usize,
     pub bytes_moved: u64,
     pub resent_chunks: u64,
     pub aborted_steps: usize,
@@ -251,6 +256,7 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
                 s.final_loss = Some(*loss);
                 step_millis.push(*millis);
             }
+            RunEvent::Reconfigured { cold_start: true, .. } => s.cold_starts += 1,
             RunEvent::Reconfigured { kind, step, bytes_sent, resent_chunks, millis, .. } => {
                 s.reconfigurations += 1;
                 s.bytes_moved += bytes_sent;
@@ -303,11 +309,8 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
         0.0
     });
     let start_s = s.worker_start_seconds.unwrap_or(0.0);
-    s.checkpoint_restart_estimate_seconds = changes_steps_lost
-        .iter()
-        .skip(1) // the first configuration is a start, not a change
-        .map(|&lost| start_s + load_s + lost as f64 * step_s)
-        .sum();
+    s.checkpoint_restart_estimate_seconds =
+        changes_steps_lost.iter().map(|&lost| start_s + load_s + lost as f64 * step_s).sum();
     s
 }
 

@@ -50,13 +50,16 @@ pub struct PeerNet {
 }
 
 impl PeerNet {
+    /// `PARCAE_DRILL_CORRUPT_FIRST_CHUNK=1` is a fault drill: every state
+    /// transfer this worker sends corrupts its first chunk once, so the
+    /// receiver's checksum check and the resend path run for real.
     pub fn new(endpoint: NetEndpoint, mailbox: Arc<Mailbox>) -> Arc<Self> {
-        Arc::new(PeerNet {
-            endpoint,
-            conns: Mutex::new(HashMap::new()),
-            mailbox,
-            transfer: TransferOptions::default(),
-        })
+        let mut transfer = TransferOptions::default();
+        if std::env::var("PARCAE_DRILL_CORRUPT_FIRST_CHUNK").is_ok_and(|v| v == "1") {
+            warn!("fault drill: the first chunk of every state transfer is sent corrupted once");
+            transfer.corrupt_chunks_once = vec![0];
+        }
+        Arc::new(PeerNet { endpoint, conns: Mutex::new(HashMap::new()), mailbox, transfer })
     }
 
     pub fn endpoint(&self) -> &NetEndpoint {
