@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine, builds the host in release mode and runs the main job
-# on the embedded defaults: the demo trace, the example profile and the
-# reactive policy component. Extra arguments go to `parcae-host replay`.
+# Sets up a fresh machine, builds the host and the worker in release mode and
+# runs the main job on the embedded defaults: a local cluster of worker
+# processes on loopback training the built-in small GPT while the embedded
+# demo trace (8 instances, one hour) is replayed in accelerated time (4 s per
+# minute of trace), with the embedded arima-liveput policy planning each
+# interval. Extra arguments go to `parcae-host run` (see --help).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 scripts/setup.sh
-cargo build --release --locked -p parcae-host
-exec target/release/parcae-host replay "$@"
+cargo build --release --locked -p parcae-host -p parcae-worker
+exec target/release/parcae-host run "$@"

@@ -9,6 +9,8 @@
 //!   [`PipeLink`] / [`Collective`] traits the network layer implements.
 //! - [`local`]: in-process links and collectives (threads + channels) and a local driver.
 //! - [`tensor`]: host tensors and the wire encoding of tensors.
+//! - [`profile`]: `parcae-worker profile`: measures layouts and transfers on this machine, fits
+//!   a performance model and writes a profile for the host's planner.
 //!
 //! The shared vocabulary (model shape, layouts, slots) is `parcae_cluster::layout`.
 
@@ -18,6 +20,7 @@ pub mod data;
 pub mod error;
 pub mod local;
 pub mod model;
+pub mod profile;
 pub mod rng;
 pub mod stage;
 pub mod state;

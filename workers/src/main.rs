@@ -4,6 +4,9 @@
 //! or joining a running host from anywhere (`--join ADDR --token T`). It holds
 //! one pipeline stage of one data-parallel replica, talks to its peers over
 //! QUIC with mutual TLS and does what the host's control stream says.
+//!
+//! `parcae-worker profile` instead measures this machine and writes a profile for the
+//! host's planner (see `parcae_worker::profile`).
 
 mod node;
 
@@ -12,12 +15,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use parcae_cluster::protocol::{Command, Hello, PROTOCOL_VERSION, Reply, Welcome};
 use parcae_net::{
     HOST_NAME, Identity, JoinToken, NetEndpoint, ServerMode, StreamHeader, StreamKind, TransportOptions,
 };
 use tracing::{info, warn};
+
+/// Tag of the host's control uni stream that cancels a step attempt (see parcae-host's cloud module).
+const ABORT_TAG: u64 = 1;
 use tracing_subscriber::EnvFilter;
 
 use node::driver::Driver;
@@ -55,23 +61,77 @@ struct Cli {
     /// Threads libtorch may use for this worker's compute.
     #[arg(long, default_value_t = 1)]
     threads: i32,
+    /// Something else than serving (without one, the flags above start a worker).
+    #[command(subcommand)]
+    command: Option<WorkerCommand>,
+}
+
+/// What the binary can do besides serving as a worker.
+#[derive(Debug, Subcommand)]
+enum WorkerCommand {
+    /// Measure step times and transfers on this machine, fit a performance model, write a profile
+    /// that `parcae-host bench/run --profile` accept.
+    Profile(ProfileArgs),
+}
+
+/// Options of `parcae-worker profile`.
+#[derive(Debug, clap::Args)]
+struct ProfileArgs {
+    /// Where to write the profile.
+    #[arg(long, default_value = "out/profile.json")]
+    out: PathBuf,
+    /// Timed training steps per layout (after --warmup untimed ones).
+    #[arg(long, default_value_t = 10)]
+    steps: u64,
+    /// Untimed steps per layout before timing.
+    #[arg(long, default_value_t = 2)]
+    warmup: u64,
+    /// Largest D x P in the profile (the host's planning range).
+    #[arg(long, default_value_t = 8)]
+    max_instances: usize,
+    /// Largest D x P to train (larger layouts are only predicted; default: --max-instances).
+    #[arg(long)]
+    measure_max: Option<usize>,
+    /// Cores the slots share; layouts with at most this many slots are written as measured
+    /// (default: this machine's cores on cpu, 1 on cuda).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// Model and batch (JSON, the fields of ModelSpec, as `parcae-host run --spec`; default:
+    /// the built-in small GPT).
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// The model's name in the profile.
+    #[arg(long, default_value = "worker-gpt")]
+    model_name: String,
+    /// cpu, cuda, or auto (CUDA when available).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Spot price, US$ per instance-hour (default: the example profile's made-up 0.12).
+    #[arg(long)]
+    spot_usd_per_hour: Option<f64>,
+    /// On-demand price, US$ per instance-hour (default: the example profile's made-up 0.40).
+    #[arg(long)]
+    on_demand_usd_per_hour: Option<f64>,
+    /// Timed QUIC transfers per message size.
+    #[arg(long, default_value_t = 5)]
+    transfer_reps: usize,
+    /// Print the whole report as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> anyhow::Result<()> {
+    let mut cli = Cli::parse();
+    // Profiling prints its own progress; the transfers it times would log every chunk at info.
+    let default_filter = if cli.command.is_some() { "warn" } else { "info" };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let device = match cli.device.as_str() {
-        "cpu" => parcae_worker::tch::Device::Cpu,
-        "cuda" => {
-            anyhow::ensure!(parcae_worker::load_cuda(), "--device cuda: no usable CUDA device");
-            parcae_worker::tch::Device::Cuda(0)
-        }
-        "auto" => parcae_worker::pick_device(true),
-        other => anyhow::bail!("--device {other}: expected cpu, cuda or auto"),
-    };
+    if let Some(WorkerCommand::Profile(args)) = cli.command.take() {
+        return profile(args);
+    }
+    let device = parse_device(&cli.device)?;
     parcae_worker::tch::set_num_threads(cli.threads.max(1));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -80,6 +140,77 @@ fn main() -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     let handle = runtime.handle().clone();
     runtime.block_on(serve(cli, device, handle))
+}
+
+fn parse_device(name: &str) -> anyhow::Result<parcae_worker::tch::Device> {
+    Ok(match name {
+        "cpu" => parcae_worker::tch::Device::Cpu,
+        "cuda" => {
+            anyhow::ensure!(parcae_worker::load_cuda(), "--device cuda: no usable CUDA device");
+            parcae_worker::tch::Device::Cuda(0)
+        }
+        "auto" => parcae_worker::pick_device(true),
+        other => anyhow::bail!("--device {other}: expected cpu, cuda or auto"),
+    })
+}
+
+/// `parcae-worker profile`: progress on stderr, the table (or JSON) on stdout.
+fn profile(args: ProfileArgs) -> anyhow::Result<()> {
+    use parcae_worker::profile::{
+        ProfileOptions, measure_process_start, render_table, run_profile, write_profile,
+    };
+    let device = parse_device(&args.device)?;
+    let spec = match &args.spec {
+        None => parcae_cluster::ModelSpec::default(),
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("{}: not a model spec", path.display()))?
+        }
+    };
+    let mut opts = ProfileOptions::new(spec, device);
+    opts.model_name = args.model_name;
+    opts.steps = args.steps;
+    opts.warmup_steps = args.warmup;
+    opts.max_instances = args.max_instances;
+    opts.measure_max = args.measure_max.unwrap_or(args.max_instances);
+    if let Some(cores) = args.cores {
+        anyhow::ensure!(cores >= 1, "--cores must be at least 1");
+        opts.cores = cores;
+    }
+    opts.transfer_reps = args.transfer_reps;
+    if args.spot_usd_per_hour.is_some() || args.on_demand_usd_per_hour.is_some() {
+        opts.spot_usd_per_hour = args.spot_usd_per_hour.unwrap_or(opts.spot_usd_per_hour);
+        opts.on_demand_usd_per_hour = args.on_demand_usd_per_hour.unwrap_or(opts.on_demand_usd_per_hour);
+        opts.price_source = format!(
+            "given on the command line (spot {}, on-demand {} US$/h; a price not given is the example \
+             profile's made-up one)",
+            opts.spot_usd_per_hour, opts.on_demand_usd_per_hour
+        );
+    }
+    let exe = std::env::current_exe().context("locating this executable")?;
+    opts.proc_init_ms = Some(measure_process_start(&exe, 3)?);
+    eprintln!(
+        "profiling {} on {:?} ({} cores): layouts up to {} instances, {} warm-up + {} timed steps each",
+        opts.model_name, device, opts.cores, opts.max_instances, opts.warmup_steps, opts.steps
+    );
+    let report = run_profile(&opts, &mut |line| eprintln!("  {line}"))?;
+    write_profile(&report.profile, &args.out)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_table(&report));
+    }
+    let measured = report.rows.iter().filter(|r| r.measured.is_some()).count();
+    eprintln!(
+        "wrote {} ({} layouts: {} written as measured, {} predicted; {} trained)",
+        args.out.display(),
+        report.rows.len(),
+        report.rows.iter().filter(|r| r.source == parcae_worker::profile::EntrySource::Measured).count(),
+        report.rows.iter().filter(|r| r.source == parcae_worker::profile::EntrySource::Predicted).count(),
+        measured
+    );
+    Ok(())
 }
 
 async fn serve(
@@ -120,6 +251,22 @@ async fn serve(
 
     // 3. The peer plane and the compute thread.
     let mailbox = std::sync::Arc::new(Mailbox::new());
+    // The host's urgent signals: "give up step attempt N" when the cloud kills a peer.
+    {
+        let (conn, mailbox) = (host_conn.clone(), mailbox.clone());
+        tokio::spawn(async move {
+            while let Ok(mut stream) = parcae_net::accept_stream(&conn).await {
+                if stream.header.kind == StreamKind::Control && stream.header.tag == ABORT_TAG {
+                    let mut attempt = [0u8; 8];
+                    if stream.recv.read_exact(&mut attempt).await.is_ok() {
+                        let attempt = u64::from_be_bytes(attempt);
+                        warn!(attempt, "the host cancelled the step attempt in flight");
+                        mailbox.cancel_attempt(attempt);
+                    }
+                }
+            }
+        });
+    }
     let net = PeerNet::new(endpoint, mailbox);
     tokio::spawn(accept_peers(net.clone()));
     let peer_timeout = Duration::from_millis(welcome.peer_timeout_ms.max(1));

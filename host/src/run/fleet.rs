@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use parcae_cluster::protocol::{Command, Hello, PROTOCOL_VERSION, Reply, Welcome};
@@ -15,6 +15,8 @@ use std::sync::Arc;
 use parcae_net::ClusterCa;
 use tokio::process::{Child, Command as Process};
 use tracing::{info, warn};
+
+use super::cloud::Shared;
 
 /// A worker that connected and said hello, before the host admits it.
 pub struct Arrival {
@@ -69,9 +71,8 @@ pub struct WorkerHandle {
     /// The name on its certificate (what peers check when they dial it).
     name: String,
     peer_addr: SocketAddr,
-    node: Option<String>,
-    /// Under a preemption notice: killed at this instant.
-    kill_at: Option<Instant>,
+    /// Under a preemption notice (the cloud kills it when the grace period ends).
+    leaving: bool,
 }
 
 /// How local workers are started.
@@ -93,6 +94,8 @@ pub struct Fleet {
     dead: BTreeSet<WorkerId>,
     /// Peer timeout the workers use inside a step (shorter than the host's command timeout).
     pub peer_timeout: Duration,
+    /// What the cloud's kill switch needs to know (pids, connections, the attempt in flight).
+    pub shared: Arc<Shared>,
 }
 
 impl Fleet {
@@ -104,6 +107,7 @@ impl Fleet {
             workers: BTreeMap::new(),
             dead: BTreeSet::new(),
             peer_timeout,
+            shared: Arc::new(Shared::default()),
         }
     }
 
@@ -136,8 +140,16 @@ impl Fleet {
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting {}: {e}", launch.worker_bin.display()))?;
         info!(worker = id, node, log = %log_path.display(), "worker process started");
+        if let Some(pid) = child.id() {
+            self.shared.register_process(node, id, pid);
+        }
         self.processes.insert(id, (child, node.to_string()));
         Ok(id)
+    }
+
+    /// The worker started for trace node `node`, alive or not.
+    pub fn worker_of_node(&self, node: &str) -> Option<WorkerId> {
+        self.processes.iter().find(|(_, (_, n))| n == node).map(|(id, _)| *id)
     }
 
     /// The worker running trace node `node`, if it is still alive.
@@ -145,22 +157,18 @@ impl Fleet {
         self.processes.iter().find(|(id, (_, n))| n == node && !self.dead.contains(id)).map(|(id, _)| *id)
     }
 
-    /// Tells a worker it will be killed after `grace`, and schedules the kill.
+    /// Tells a worker the cloud will kill it after `grace`; it takes no new slot.
     pub async fn notice(&mut self, id: WorkerId, grace: Duration, timeout: Duration) {
-        let kill_at = Instant::now() + grace;
         if let Some(handle) = self.workers.get_mut(&id) {
-            handle.kill_at = Some(kill_at);
+            handle.leaving = true;
             let grace_ms = grace.as_millis() as u64;
             if let Err(e) = handle.link.call(&Command::Notice { grace_ms }, timeout.min(grace)).await {
                 warn!(worker = id, %e, "notice not acknowledged");
             }
-        } else {
-            // Not connected yet: nothing to hand off, kill it now.
-            self.kill(id).await;
         }
     }
 
-    /// SIGKILL, as the cloud does at the end of a grace period (or without one).
+    /// SIGKILLs a worker the host gave up on (it did not answer in time).
     pub async fn kill(&mut self, id: WorkerId) {
         if let Some((child, node)) = self.processes.get_mut(&id) {
             if let Err(e) = child.start_kill() {
@@ -168,28 +176,23 @@ impl Fleet {
             }
             let _ = child.wait().await;
         }
-        if let Some(handle) = self.workers.remove(&id) {
-            handle.link.conn.close(0u32.into(), b"preempted");
-        }
-        self.dead.insert(id);
+        self.forget(id);
     }
 
-    /// Kills the workers whose grace period ended; returns them with their nodes.
-    pub async fn kill_due(&mut self) -> Vec<(WorkerId, String)> {
-        let now = Instant::now();
-        let due: Vec<WorkerId> = self
-            .workers
-            .iter()
-            .filter(|(_, h)| h.kill_at.is_some_and(|t| t <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        let mut killed = Vec::new();
-        for id in due {
-            let node = self.workers.get(&id).and_then(|h| h.node.clone()).unwrap_or_default();
-            self.kill(id).await;
-            killed.push((id, node));
+    /// Records that the cloud killed `id`'s process.
+    pub async fn killed(&mut self, id: WorkerId) {
+        if let Some((child, _)) = self.processes.get_mut(&id) {
+            let _ = child.wait().await;
         }
-        killed
+        self.forget(id);
+    }
+
+    fn forget(&mut self, id: WorkerId) {
+        if let Some(handle) = self.workers.remove(&id) {
+            handle.link.conn.close(0u32.into(), b"gone");
+        }
+        self.shared.forget(id);
+        self.dead.insert(id);
     }
 
     /// Admits a worker that said hello: checks it, answers with the spec.
@@ -230,12 +233,10 @@ impl Fleet {
             warn!(worker = id, "welcome not delivered");
             return None;
         }
-        let node = self.processes.get(&id).map(|(_, n)| n.clone());
         info!(worker = id, addr = %hello.peer_addr, device = %hello.device, "worker joined");
-        self.workers.insert(
-            id,
-            WorkerHandle { link, name: cert_name, peer_addr: hello.peer_addr, node, kill_at: None },
-        );
+        self.shared.register_conn(id, link.conn.clone());
+        self.workers
+            .insert(id, WorkerHandle { link, name: cert_name, peer_addr: hello.peer_addr, leaving: false });
         Some(id)
     }
 
@@ -253,13 +254,10 @@ impl Fleet {
             }
         }
         for id in &gone {
-            if let Some(handle) = self.workers.remove(id) {
-                handle.link.conn.close(0u32.into(), b"lost");
-            }
             if let Some((child, _)) = self.processes.get_mut(id) {
                 let _ = child.start_kill();
             }
-            self.dead.insert(*id);
+            self.forget(*id);
         }
         gone
     }
@@ -275,7 +273,7 @@ impl Fleet {
 
     /// Connected workers not under notice: those a new layout may use.
     pub fn available(&self) -> Vec<WorkerId> {
-        self.workers.iter().filter(|(_, h)| h.kill_at.is_none()).map(|(id, _)| *id).collect()
+        self.workers.iter().filter(|(_, h)| !h.leaving).map(|(id, _)| *id).collect()
     }
 
     /// Every connected worker, including those under notice.

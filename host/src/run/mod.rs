@@ -6,6 +6,7 @@
 //! job with the loaded policy. Remote workers may join at any time with
 //! `parcae-worker --join ADDR --token T`.
 
+mod cloud;
 mod fleet;
 mod orchestrator;
 mod report;
@@ -34,7 +35,7 @@ use crate::cli::{ProfileArgs, SandboxArgs};
 use crate::embedded::DEMO_TRACE;
 use fleet::{Arrival, Fleet, LocalLaunch};
 use orchestrator::RunSettings;
-use report::RunLog;
+use report::{RunContext, RunLog};
 
 /// Options of `parcae-host run`.
 #[derive(Debug, Args)]
@@ -265,9 +266,26 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     } else {
         events
     };
-    let mut log = RunLog::new();
+    let trace_path = args.trace.as_ref().map_or(DEMO_TRACE.0.to_string(), |p| p.display().to_string());
+    let mut log = RunLog::new().with_context(RunContext {
+        trace: trace.name(),
+        trace_path: trace_path.clone(),
+        model: profile.model.clone(),
+        policy: args.policy.clone().unwrap_or_else(|| crate::embedded::DEFAULT_POLICY.to_string()),
+        interval_ms: trace_interval_ms,
+        horizon: args.horizon,
+        intervals,
+        time_scale: trace_interval_ms as f64 / 1000.0 / args.interval_seconds,
+        global_batch: spec.global_batch as u64,
+    });
+    // The cloud plays the trace on its own clock; the host's loop reacts to it.
+    let start = std::time::Instant::now();
+    let (notes_tx, mut notes) = mpsc::unbounded_channel();
+    let cloud = tokio::spawn(cloud::play(events, start, settings.grace, fleet.shared.clone(), notes_tx));
     let outcome =
-        orchestrator::run_job(&settings, &mut policy, &mut fleet, events, &mut arrivals, &mut log).await;
+        orchestrator::run_job(&settings, &mut policy, &mut fleet, start, &mut notes, &mut arrivals, &mut log)
+            .await;
+    cloud.abort();
     fleet.shutdown(Duration::from_secs(5)).await;
     accept.abort();
     endpoint.close();
@@ -278,7 +296,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     let json = args.json.clone().unwrap_or_else(|| run_dir.join("events.json"));
     let plot = args.plot.clone().unwrap_or_else(|| run_dir.join("run.svg"));
     let settings_json = serde_json::json!({
-        "trace": args.trace.as_ref().map_or(DEMO_TRACE.0.to_string(), |p| p.display().to_string()),
+        "trace": trace_path,
         "intervals": intervals,
         "interval_seconds": args.interval_seconds,
         "trace_interval_seconds": args.trace_interval_seconds,

@@ -27,9 +27,10 @@ use parcae_runtime::GuardedPolicy;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use super::cloud::CloudNote;
 use super::fleet::{Arrival, Fleet};
 use super::report::{RunEvent, RunLog};
-use super::timeline::{FleetEvent, TimeScale, TimedEvent};
+use super::timeline::TimeScale;
 
 /// Everything the loop needs besides the fleet.
 pub struct RunSettings {
@@ -104,7 +105,8 @@ pub async fn run_job(
     settings: &RunSettings,
     policy: &mut GuardedPolicy,
     fleet: &mut Fleet,
-    timeline: Vec<TimedEvent>,
+    start: Instant,
+    cloud: &mut mpsc::UnboundedReceiver<CloudNote>,
     arrivals: &mut mpsc::Receiver<Arrival>,
     log: &mut RunLog,
 ) -> anyhow::Result<()> {
@@ -123,9 +125,7 @@ pub async fn run_job(
         attempts: 0,
         started: false,
     };
-    let start = Instant::now();
     log.start(start);
-    let mut events = timeline.into_iter().peekable();
     let mut history: Vec<IntervalStats> = Vec::new();
     let mut interval_counts = IntervalStats::default();
     let mut next_interval = 0usize;
@@ -134,39 +134,42 @@ pub async fn run_job(
 
     loop {
         let now = start.elapsed();
-        // 1. Fleet events that are due.
-        while let Some(ev) = events.next_if(|e| e.at <= now) {
-            match ev.event {
-                FleetEvent::Allocate { node } => {
+        // 1. What the cloud did: allocations, notices, kills (it kills on its own clock).
+        while let Ok(note) = cloud.try_recv() {
+            match note {
+                CloudNote::Allocate { node } => {
                     let id = fleet
                         .allocate(&node)
                         .await
                         .with_context(|| format!("starting a worker for {node}"))?;
                     log.event(RunEvent::Allocated { worker: id, node });
                 }
-                FleetEvent::Preempt { node, notice } => {
+                CloudNote::Notice { node } => {
                     let Some(id) = fleet.worker_for_node(&node) else {
-                        warn!(%node, "preemption of an instance that is not running; ignored");
+                        warn!(%node, "notice for an instance that is not running; ignored");
                         continue;
                     };
                     interval_counts.preemptions += 1;
                     fleet_changed = true;
-                    if notice {
-                        let grace_ms = settings.grace.as_millis() as u64;
-                        fleet.notice(id, settings.grace, settings.command_timeout).await;
-                        log.event(RunEvent::Notice { worker: id, node, grace_ms });
-                    } else {
-                        fleet.kill(id).await;
-                        log.event(RunEvent::Killed { worker: id, node, announced: false });
-                    }
                     job.dirty = true;
+                    fleet.notice(id, settings.grace, settings.command_timeout).await;
+                    log.event(RunEvent::Notice {
+                        worker: id,
+                        node,
+                        grace_ms: settings.grace.as_millis() as u64,
+                    });
+                }
+                CloudNote::Killed { node, announced } => {
+                    let Some(id) = fleet.worker_of_node(&node) else { continue };
+                    if !announced {
+                        interval_counts.preemptions += 1;
+                    }
+                    fleet_changed = true;
+                    job.dirty = true;
+                    fleet.killed(id).await;
+                    log.event(RunEvent::Killed { worker: id, node, announced });
                 }
             }
-        }
-        // 2. Grace periods that ran out.
-        for (id, node) in fleet.kill_due().await {
-            log.event(RunEvent::Killed { worker: id, node, announced: true });
-            job.dirty = true;
         }
         let mut joined = Vec::new();
         // 3. Workers that connected.
@@ -494,6 +497,7 @@ async fn reconfigure(
         anyhow::bail!("{}", failed.join("; "));
     }
     let millis = started.elapsed().as_secs_f64() * 1000.0;
+    let rolled_back_steps = job.step - step;
     job.step = step;
     job.slots = plan.assignment.iter().map(|&(slot, id)| (id, slot)).collect();
     job.layout = Some(target.clone());
@@ -512,6 +516,7 @@ async fn reconfigure(
         epoch,
         cold_start,
         step,
+        rolled_back_steps,
         kind: plan.kind,
         data_parallel: target.data_parallel,
         pipeline_stages: target.pipeline_stages,
@@ -545,7 +550,9 @@ async fn train_step(
     job.attempts += 1;
     let attempt = job.attempts;
     let commands = workers.iter().map(|&id| (id, Command::Step { step, attempt })).collect();
+    fleet.shared.set_attempt(attempt);
     let replies = fleet.call_many(commands, settings.command_timeout).await;
+    fleet.shared.set_attempt(0);
     let mut loss_sum = 0.0;
     let mut failed = Vec::new();
     for (id, reply) in &replies {

@@ -50,6 +50,8 @@ pub enum RunEvent {
         epoch: u64,
         /// The job's first layout (nothing to migrate yet).
         cold_start: bool,
+        /// Committed steps undone by a restart from the checkpoint.
+        rolled_back_steps: u64,
         step: u64,
         kind: MigrationKind,
         data_parallel: usize,
@@ -127,10 +129,56 @@ pub struct Summary {
     /// steps since the last checkpoint, all measured in this run.
     pub checkpoint_restart_estimate_seconds: f64,
     pub last_checkpoint: Option<PathBuf>,
+    /// The run in the shape of a `parcae-host bench --json` record, in trace
+    /// time, so a real run and its simulation line up field by field.
+    pub bench: Option<BenchShape>,
+}
+
+/// What the run was, for the bench-shaped record.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub trace: String,
+    pub trace_path: String,
+    pub model: String,
+    pub policy: String,
+    pub interval_ms: u64,
+    pub horizon: u32,
+    pub intervals: usize,
+    /// Trace seconds per wall second.
+    pub time_scale: f64,
+    pub global_batch: u64,
+}
+
+/// The fields of `bench`'s JSON record a real run can fill.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchShape {
+    pub trace: String,
+    pub trace_path: String,
+    pub model: String,
+    pub policy: String,
+    pub kind: &'static str,
+    pub interval_ms: u64,
+    pub horizon: u32,
+    pub intervals: usize,
+    pub hours: f64,
+    /// Samples of the steps that stand at the end (rolled-back work excluded).
+    pub samples: f64,
+    pub lost_samples: f64,
+    pub samples_per_hour: f64,
+    pub migrations_intra_stage: f64,
+    pub migrations_inter_stage: f64,
+    pub migrations_repartition: f64,
+    pub migrations_restart: f64,
+    pub migrations_total: f64,
+    pub cold_starts: usize,
+    pub config_changes: usize,
+    pub migration_hours: f64,
+    pub instance_hours: f64,
 }
 
 /// Collects events, shows progress and writes the outputs.
 pub struct RunLog {
+    context: Option<RunContext>,
     start: Instant,
     events: Vec<Timed>,
     bar: Option<ProgressBar>,
@@ -145,7 +193,19 @@ impl Default for RunLog {
 
 impl RunLog {
     pub fn new() -> Self {
-        RunLog { start: Instant::now(), events: Vec::new(), bar: None, summary: Summary::default() }
+        RunLog {
+            context: None,
+            start: Instant::now(),
+            events: Vec::new(),
+            bar: None,
+            summary: Summary::default(),
+        }
+    }
+
+    /// What the run is, for the bench-shaped record of the summary.
+    pub fn with_context(mut self, context: RunContext) -> Self {
+        self.context = Some(context);
+        self
     }
 
     /// Starts the clock and, on a terminal, the progress line.
@@ -209,6 +269,7 @@ impl RunLog {
             bar.finish_and_clear();
         }
         self.summary = summarise(&self.events, self.start.elapsed().as_secs_f64(), steps, last_checkpoint);
+        self.summary.bench = self.context.as_ref().map(|c| bench_shape(c, &self.events, &self.summary));
     }
 
     /// The event log and summary as one JSON document.
@@ -314,6 +375,59 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
     s
 }
 
+fn bench_shape(c: &RunContext, events: &[Timed], s: &Summary) -> BenchShape {
+    let hours = c.intervals as f64 * c.interval_ms as f64 / 3.6e6;
+    let (mut alive, mut last_t, mut alive_seconds) = (0i64, 0.0, 0.0);
+    let mut rolled_back = 0u64;
+    let mut config_changes = 0;
+    let mut last_config = None;
+    for e in events {
+        alive_seconds += alive.max(0) as f64 * (e.t_s - last_t);
+        last_t = e.t_s;
+        match &e.event {
+            RunEvent::Joined { .. } => alive += 1,
+            RunEvent::Killed { .. } | RunEvent::Lost { .. } => alive -= 1,
+            RunEvent::Reconfigured { rolled_back_steps, data_parallel, pipeline_stages, .. } => {
+                rolled_back += rolled_back_steps;
+                let config = Some((*data_parallel, *pipeline_stages));
+                if last_config.is_some() && config != last_config {
+                    config_changes += 1;
+                }
+                last_config = config;
+            }
+            _ => {}
+        }
+    }
+    let samples = (s.steps * c.global_batch) as f64;
+    let migrations_total = (s.migrations_intra_stage
+        + s.migrations_inter_stage
+        + s.migrations_repartition
+        + s.migrations_restart) as f64;
+    BenchShape {
+        trace: c.trace.clone(),
+        trace_path: c.trace_path.clone(),
+        model: c.model.clone(),
+        policy: c.policy.clone(),
+        kind: "run",
+        interval_ms: c.interval_ms,
+        horizon: c.horizon,
+        intervals: c.intervals,
+        hours,
+        samples,
+        lost_samples: (rolled_back * c.global_batch) as f64,
+        samples_per_hour: if hours > 0.0 { samples / hours } else { 0.0 },
+        migrations_intra_stage: s.migrations_intra_stage as f64,
+        migrations_inter_stage: s.migrations_inter_stage as f64,
+        migrations_repartition: s.migrations_repartition as f64,
+        migrations_restart: s.migrations_restart as f64,
+        migrations_total,
+        cold_starts: s.cold_starts,
+        config_changes,
+        migration_hours: s.migration_seconds * c.time_scale / 3600.0,
+        instance_hours: alive_seconds * c.time_scale / 3600.0,
+    }
+}
+
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "run finished in {:.1} s", self.wall_seconds)?;
@@ -385,7 +499,7 @@ fn plot(events: &[Timed]) -> String {
     }
     let loss_max = steps.iter().map(|s| s.1).fold(0.0f64, f64::max).max(1e-9);
     let rate_max = rate.iter().copied().fold(0.0f64, f64::max).max(1e-9);
-    let x = |t: f64| LEFT + PW * t / t_max;
+    let x = |t: f64| LEFT + PW * t.min(t_max) / t_max;
     let mut out = String::new();
     let height = 2.0 * PH + 150.0;
     let _ = writeln!(
@@ -413,6 +527,7 @@ fn plot(events: &[Timed]) -> String {
         // Reconfigurations and kills as vertical marks.
         for e in events {
             let colour = match &e.event {
+                RunEvent::Reconfigured { cold_start: true, .. } => continue,
                 RunEvent::Reconfigured { kind: MigrationKind::Restart, .. } => "#e15759",
                 RunEvent::Reconfigured { kind: MigrationKind::None, .. } => continue,
                 RunEvent::Reconfigured { .. } => "#59a14f",

@@ -38,12 +38,21 @@ impl Key {
 pub enum MailboxError {
     #[error("nothing arrived for {key:?} within {timeout:?} (peer lost?)")]
     Timeout { key: Key, timeout: Duration },
+    #[error("step attempt {attempt} was cancelled (a peer was preempted)")]
+    Cancelled { attempt: u64 },
+}
+
+#[derive(Default)]
+struct Inner {
+    slots: HashMap<Key, Vec<u8>>,
+    /// Training payloads of attempts up to this one will never come.
+    cancelled_through: u64,
 }
 
 /// Payloads by key, with a condition variable for waiting takers.
 #[derive(Default)]
 pub struct Mailbox {
-    slots: Mutex<HashMap<Key, Vec<u8>>>,
+    inner: Mutex<Inner>,
     arrived: Condvar,
 }
 
@@ -54,37 +63,50 @@ impl Mailbox {
 
     /// Deposits a payload (a duplicate key replaces the older payload).
     pub fn put(&self, key: Key, payload: Vec<u8>) {
-        let mut slots = self.slots.lock().expect("mailbox lock");
-        slots.insert(key, payload);
+        let mut inner = self.inner.lock().expect("mailbox lock");
+        inner.slots.insert(key, payload);
         self.arrived.notify_all();
     }
 
-    /// Takes the payload for `key`, waiting up to `timeout`.
+    /// Takes the payload for `key`, waiting up to `timeout`, or failing at once
+    /// when the key's step attempt is cancelled.
     pub fn take(&self, key: Key, timeout: Duration) -> Result<Vec<u8>, MailboxError> {
         let deadline = Instant::now() + timeout;
-        let mut slots = self.slots.lock().expect("mailbox lock");
+        let mut inner = self.inner.lock().expect("mailbox lock");
         loop {
-            if let Some(payload) = slots.remove(&key) {
+            if let Some(payload) = inner.slots.remove(&key) {
                 return Ok(payload);
+            }
+            if let (true, attempt) = key.generation()
+                && attempt <= inner.cancelled_through
+            {
+                return Err(MailboxError::Cancelled { attempt });
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(MailboxError::Timeout { key, timeout });
             }
-            slots = self.arrived.wait_timeout(slots, deadline - now).expect("mailbox lock").0;
+            inner = self.arrived.wait_timeout(inner, deadline - now).expect("mailbox lock").0;
         }
+    }
+
+    /// Gives up step attempt `attempt` (and earlier): waiting takers fail now.
+    pub fn cancel_attempt(&self, attempt: u64) {
+        let mut inner = self.inner.lock().expect("mailbox lock");
+        inner.cancelled_through = inner.cancelled_through.max(attempt);
+        self.arrived.notify_all();
     }
 
     /// Drops training payloads of attempts before `attempt` (an aborted step's leftovers).
     pub fn discard_attempts_before(&self, attempt: u64) {
-        let mut slots = self.slots.lock().expect("mailbox lock");
-        slots.retain(|k, _| !matches!(k.generation(), (true, a) if a < attempt));
+        let mut inner = self.inner.lock().expect("mailbox lock");
+        inner.slots.retain(|k, _| !matches!(k.generation(), (true, a) if a < attempt));
     }
 
     /// Drops migrated state of epochs before `epoch`.
     pub fn discard_epochs_before(&self, epoch: u64) {
-        let mut slots = self.slots.lock().expect("mailbox lock");
-        slots.retain(|k, _| !matches!(k.generation(), (false, e) if e < epoch));
+        let mut inner = self.inner.lock().expect("mailbox lock");
+        inner.slots.retain(|k, _| !matches!(k.generation(), (false, e) if e < epoch));
     }
 }
 
@@ -122,5 +144,25 @@ mod tests {
         assert_eq!(mailbox.take(Key::Reduce { attempt: 2, replica: 0 }, short).unwrap(), vec![2]);
         mailbox.discard_epochs_before(2);
         assert!(mailbox.take(Key::State { epoch: 1, layer: 0 }, short).is_err());
+    }
+
+    #[test]
+    fn cancelling_an_attempt_wakes_its_takers_at_once() {
+        let mailbox = Arc::new(Mailbox::new());
+        let canceller = {
+            let mailbox = mailbox.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                mailbox.cancel_attempt(7);
+            })
+        };
+        let started = Instant::now();
+        let result = mailbox.take(Key::Gradient { attempt: 7, micro_batch: 0 }, Duration::from_secs(30));
+        assert!(matches!(result, Err(MailboxError::Cancelled { attempt: 7 })));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        canceller.join().unwrap();
+        // A later attempt is unaffected.
+        mailbox.put(Key::Gradient { attempt: 8, micro_batch: 0 }, vec![1]);
+        assert!(mailbox.take(Key::Gradient { attempt: 8, micro_batch: 0 }, Duration::from_millis(1)).is_ok());
     }
 }

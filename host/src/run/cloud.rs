@@ -1,0 +1,128 @@
+//! The cloud's side of a local run: it kills instances on its own clock,
+//! independent of the host's loop, so a preemption can land in the middle of a
+//! step or a transfer, as it does for real.
+//!
+//! When it kills a worker it also closes the host's connection to it and tells
+//! every other worker to give up the step attempt in flight (the stand-in for
+//! the cloud's termination event; without it the survivors would notice only
+//! through timeouts, which still works, only slower).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use parcae_cluster::WorkerId;
+use parcae_net::{StreamHeader, StreamKind};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use super::timeline::{FleetEvent, TimedEvent};
+
+/// Tag of the control-kind uni stream that cancels a step attempt.
+pub const ABORT_TAG: u64 = 1;
+
+/// What the cloud did, for the host's loop to act on.
+#[derive(Debug, Clone)]
+pub enum CloudNote {
+    Allocate { node: String },
+    Notice { node: String },
+    Killed { node: String, announced: bool },
+}
+
+/// State the cloud and the fleet share.
+#[derive(Default)]
+pub struct Shared {
+    /// Running worker processes by trace node: (worker, pid).
+    processes: Mutex<HashMap<String, (WorkerId, u32)>>,
+    /// The host's connection to each connected worker.
+    conns: Mutex<HashMap<WorkerId, quinn::Connection>>,
+    /// The step attempt in flight (0: none).
+    attempt: AtomicU64,
+}
+
+impl Shared {
+    pub fn register_process(&self, node: &str, worker: WorkerId, pid: u32) {
+        self.processes.lock().expect("cloud lock").insert(node.to_string(), (worker, pid));
+    }
+
+    pub fn register_conn(&self, worker: WorkerId, conn: quinn::Connection) {
+        self.conns.lock().expect("cloud lock").insert(worker, conn);
+    }
+
+    pub fn forget(&self, worker: WorkerId) {
+        self.conns.lock().expect("cloud lock").remove(&worker);
+        self.processes.lock().expect("cloud lock").retain(|_, (w, _)| *w != worker);
+    }
+
+    pub fn set_attempt(&self, attempt: u64) {
+        self.attempt.store(attempt, Ordering::SeqCst);
+    }
+
+    /// SIGKILLs the process of `node`; closes the host's connection to it and
+    /// cancels the step attempt in flight on everyone else.
+    async fn kill_node(&self, node: &str) -> Option<WorkerId> {
+        let (worker, pid) = self.processes.lock().expect("cloud lock").get(node).copied()?;
+        // SAFETY: kill(2) on a pid this run started; at worst the process already exited.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        if rc != 0 {
+            warn!(%node, pid, "kill failed (already exited?)");
+        }
+        let others: Vec<quinn::Connection> = {
+            let mut conns = self.conns.lock().expect("cloud lock");
+            if let Some(conn) = conns.remove(&worker) {
+                conn.close(0u32.into(), b"instance preempted");
+            }
+            conns.values().cloned().collect()
+        };
+        let attempt = self.attempt.load(Ordering::SeqCst);
+        if attempt > 0 {
+            for conn in others {
+                tokio::spawn(async move {
+                    if let Ok(mut send) = conn.open_uni().await {
+                        let _ = StreamHeader::new(StreamKind::Control, ABORT_TAG).write(&mut send).await;
+                        let _ = send.write_all(&attempt.to_be_bytes()).await;
+                        let _ = send.finish();
+                    }
+                });
+            }
+        }
+        Some(worker)
+    }
+}
+
+/// Plays the timeline from `start`: allocations and notices go to the host's
+/// loop; kills happen here, on time.
+pub async fn play(
+    events: Vec<TimedEvent>,
+    start: Instant,
+    grace: Duration,
+    shared: Arc<Shared>,
+    notes: mpsc::UnboundedSender<CloudNote>,
+) {
+    for event in events {
+        tokio::time::sleep_until((start + event.at).into()).await;
+        match event.event {
+            FleetEvent::Allocate { node } => {
+                let _ = notes.send(CloudNote::Allocate { node });
+            }
+            FleetEvent::Preempt { node, notice: false } => {
+                if shared.kill_node(&node).await.is_some() {
+                    info!(%node, "preempted without notice");
+                    let _ = notes.send(CloudNote::Killed { node, announced: false });
+                }
+            }
+            FleetEvent::Preempt { node, notice: true } => {
+                let _ = notes.send(CloudNote::Notice { node: node.clone() });
+                let (shared, notes) = (shared.clone(), notes.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    if shared.kill_node(&node).await.is_some() {
+                        info!(%node, "grace period over: killed");
+                        let _ = notes.send(CloudNote::Killed { node, announced: true });
+                    }
+                });
+            }
+        }
+    }
+}
