@@ -263,14 +263,12 @@ pub async fn run_job(
                     warn!(%error, step = job.step, "step failed; aborted on the survivors");
                     job.dirty = true;
                 }
-                if job.step > 0
-                    && job.step % settings.checkpoint_every == 0
-                    && job.checkpoint.as_ref().is_none_or(|c| c.step < job.step)
-                {
-                    if let Err(error) = checkpoint(settings, fleet, &mut job, &layout, log).await {
-                        warn!(%error, "checkpoint failed; the previous one stays current");
-                        job.dirty = true;
-                    }
+                let due = job.step > 0
+                    && job.step.is_multiple_of(settings.checkpoint_every)
+                    && job.checkpoint.as_ref().is_none_or(|c| c.step < job.step);
+                if due && let Err(error) = checkpoint(settings, fleet, &mut job, &layout, log).await {
+                    warn!(%error, "checkpoint failed; the previous one stays current");
+                    job.dirty = true;
                 }
             }
             None => {
