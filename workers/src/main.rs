@@ -92,8 +92,9 @@ struct ProfileArgs {
     /// Largest D x P to train (larger layouts are only predicted; default: --max-instances).
     #[arg(long)]
     measure_max: Option<usize>,
-    /// Cores the slots share; layouts with at most this many slots are written as measured
-    /// (default: this machine's cores on cpu, 1 on cuda).
+    /// Cores the slots share; layouts with at most this many slots (and no more than the
+    /// effective cores the fit finds) are written as measured (default: this machine's cores
+    /// on cpu, 1 on cuda).
     #[arg(long)]
     cores: Option<usize>,
     /// Model and batch (JSON, the fields of ModelSpec, as `parcae-host run --spec`; default:

@@ -347,15 +347,17 @@ pub fn measure_process_start(exe: &Path, reps: usize) -> Result<f64, ProfilingEr
 /// | compute per parameter | `(m_r + P - 1) x S` | `m x total` |
 /// | compute per layer | `(m_r + P - 1) x L` | `m x layers` |
 /// | pipeline hop | `(m_r + P - 1) x a` if P > 1 | `2 m (P - 1) a` |
-/// | all-reduce | `2 (D - 1) / D x g` | `2 (D - 1) x G` |
+/// | all-reduce | `(D - 1) x g` | `(D - 1) x G` |
 /// | optimizer | `S` | `D x total` |
 /// | fixed | 1 | `D x P` |
 ///
 /// `m` micro-batches per step, `m_r` of them on the busiest replica, `S` / `L` the parameters
 /// (millions) / layers of the slowest stage (most parameters), `a` one activation (MB), `g` /
 /// `G` the gradient bytes (MB) of the slowest stage / of the model. GPipe runs `m_r + P - 1`
-/// forward and as many backward ticks, each as long as the slowest stage; the all-reduce term
-/// is the volume of a ring all-reduce.
+/// forward and as many backward ticks, each as long as the slowest stage. The all-reduce term
+/// counts the `D - 1` other replicas' gradients a replica adds: the worker's all-reduce
+/// (`node::links`) sends every replica's buffer to every other and each sums them; the
+/// in-process one measured here sums them once for all.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LayoutFeatures {
     /// Regressors of the critical path (one core per slot).
@@ -378,12 +380,11 @@ pub fn layout_features(spec: &ModelSpec, layout: &Layout) -> LayoutFeatures {
     let total = total_params as f64 / 1e6;
     let activation_mb = (spec.micro_batch * spec.seq_len * spec.d_model * 4) as f64 / 1e6;
     let ticks = m_r + p - 1.0;
-    let ring = 2.0 * (d - 1.0) / d;
     let critical = [
         ticks * s,
         ticks * s_layers as f64,
         if p > 1.0 { ticks * activation_mb } else { 0.0 },
-        ring * s * 4.0,
+        (d - 1.0) * s * 4.0,
         s,
         1.0,
     ];
@@ -391,7 +392,7 @@ pub fn layout_features(spec: &ModelSpec, layout: &Layout) -> LayoutFeatures {
         m * total,
         m * spec.num_layers() as f64,
         2.0 * m * (p - 1.0) * activation_mb,
-        2.0 * (d - 1.0) * total * 4.0,
+        (d - 1.0) * total * 4.0,
         d * total,
         d * p,
     ];
@@ -604,13 +605,12 @@ fn least_squares_on(
         if diag.abs() < 1e-300 {
             continue;
         }
-        for r in 0..k {
-            if r != c {
-                let f = g[r][c] / diag;
-                if f != 0.0 {
-                    for cc in c..=k {
-                        g[r][cc] -= f * g[c][cc];
-                    }
+        let pivot_row = g[c].clone();
+        for (r, row) in g.iter_mut().enumerate() {
+            let f = row[c] / diag;
+            if r != c && f != 0.0 {
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(c) {
+                    *x -= f * p;
                 }
             }
         }
@@ -1053,9 +1053,9 @@ fn build_profile(opts: &ProfileOptions, report: &ProfileReport) -> ProfileFile {
     };
     let source = format!(
         "MEASURED AND PREDICTED by `parcae-worker profile` on this machine ({machine}; one instance = {hw}, \
-         one libtorch thread per slot). Model `{name}` = parcae_cluster::ModelSpec {spec:?}. Layouts trained \
+         one libtorch thread per slot). Model `{name}` = parcae_cluster::{spec:?}. Layouts trained \
          in-process (train_local: one thread per slot, in-process links and all-reduce, the real StageTrainer), \
-         {warm} warm-up then {steps} timed steps, median. MEASURED entries (at most {fit} slots, one core each): \
+         {warm} warm-up then {steps} timed steps, median. MEASURED entries (D*P <= {fit}, one core per slot): \
          {m}. PREDICTED entries (critical-path model, one core per slot): {p}. Model: iteration_ms = sum of \
          coefficient x term ({coefficients}; terms in parcae_worker::profile::LayoutFeatures), on this machine \
          max(that, total work / {c_eff:.2} effective cores). Held-out error: {loo}; {ext}. p2p_us_by_bytes \
@@ -1180,16 +1180,8 @@ pub fn render_table(report: &ProfileReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:>2} {:>2} {:>5}  {:>26}  {:>8}  {:>9} {:>7}  {:>10}  {}",
-        "D",
-        "P",
-        "slots",
-        "measured ms median [min-max]",
-        "fit ms",
-        "held-out",
-        "error",
-        "profile ms",
-        "entry"
+        "{:>2} {:>2} {:>5}  {:>26}  {:>8}  {:>9} {:>7}  {:>10}  entry",
+        "D", "P", "slots", "measured ms median [min-max]", "fit ms", "held-out", "error", "profile ms",
     );
     for r in &report.rows {
         let measured = match &r.measured {
@@ -1284,11 +1276,11 @@ mod tests {
             .collect()
     }
 
-    /// With 4 effective cores, the deep and narrow layouts are on the critical-path branch, the
+    /// With 3.5 effective cores, the deep and narrow layouts are on the critical-path branch, the
     /// wide ones on the shared-work branch (with 2, too few critical-path layouts would be left
     /// to identify all six terms: the fit would match every measurement but not the truth).
     const TRUE: PerfModel =
-        PerfModel { coefficients: [90.0, 0.8, 4.0, 6.0, 20.0, 3.0], effective_cores: 4.0 };
+        PerfModel { coefficients: [90.0, 0.8, 4.0, 6.0, 20.0, 3.0], effective_cores: 3.5 };
 
     #[test]
     fn candidates_are_runnable_and_within_the_cost_models_depth() {
@@ -1337,20 +1329,27 @@ mod tests {
         let spec = ModelSpec::default();
         let obs = observations(&spec, &TRUE);
         // Some layouts on each branch of the max, so both halves are identified.
-        let contended =
-            obs.iter().filter(|o| TRUE.predict_shared(&o.features) > TRUE.predict_isolated(&o.features));
-        assert!((3..obs.len() - 8).contains(&contended.count()));
+        let contended = obs
+            .iter()
+            .filter(|o| TRUE.predict_shared(&o.features) > TRUE.predict_isolated(&o.features))
+            .count();
+        assert!(contended >= 3 && obs.len() - contended >= 8, "{contended} of {} contended", obs.len());
         let model = fit(&obs, 6.0).unwrap();
-        assert_eq!(model.effective_cores, 4.0);
+        assert_eq!(model.effective_cores, 3.5);
         for o in &obs {
             let (got, want) = (model.predict_shared(&o.features), o.measured_ms);
             assert!((got / want - 1.0).abs() < 1e-6, "D={} P={}: {got} vs {want}", o.dp, o.pp);
             let (got, want) = (model.predict_isolated(&o.features), TRUE.predict_isolated(&o.features));
             assert!((got / want - 1.0).abs() < 1e-4, "isolated D={} P={}: {got} vs {want}", o.dp, o.pp);
         }
+        // Left out, every layout is predicted exactly by the others, except the widest: without
+        // it, nothing pins the shared branch at D = 8 and the fit lands a little off.
         let loo = leave_one_out(&obs, 6.0).unwrap();
         assert_eq!(loo.points.len(), obs.len());
-        assert!(loo.max_abs_rel_error < 1e-3, "{loo:?}");
+        for h in &loo.points {
+            let bound = if (h.dp, h.pp) == (8, 1) { 0.05 } else { 1e-6 };
+            assert!(h.rel_error.abs() < bound, "{h:?}");
+        }
     }
 
     #[test]
