@@ -24,6 +24,8 @@ use tracing::{info, warn};
 
 /// Tag of the host's control uni stream that cancels a step attempt (see parcae-host's cloud module).
 const ABORT_TAG: u64 = 1;
+/// Tag of the host's control uni stream that cancels a reconfiguration epoch.
+const ABORT_EPOCH_TAG: u64 = 2;
 use tracing_subscriber::EnvFilter;
 
 use node::driver::Driver;
@@ -257,12 +259,20 @@ async fn serve(
         let (conn, mailbox) = (host_conn.clone(), mailbox.clone());
         tokio::spawn(async move {
             while let Ok(mut stream) = parcae_net::accept_stream(&conn).await {
-                if stream.header.kind == StreamKind::Control && stream.header.tag == ABORT_TAG {
-                    let mut attempt = [0u8; 8];
-                    if stream.recv.read_exact(&mut attempt).await.is_ok() {
-                        let attempt = u64::from_be_bytes(attempt);
-                        warn!(attempt, "the host cancelled the step attempt in flight");
-                        mailbox.cancel_attempt(attempt);
+                let tag = stream.header.tag;
+                if stream.header.kind != StreamKind::Control || !(tag == ABORT_TAG || tag == ABORT_EPOCH_TAG)
+                {
+                    continue;
+                }
+                let mut generation = [0u8; 8];
+                if stream.recv.read_exact(&mut generation).await.is_ok() {
+                    let generation = u64::from_be_bytes(generation);
+                    if tag == ABORT_TAG {
+                        warn!(attempt = generation, "the host cancelled the step attempt in flight");
+                        mailbox.cancel_attempt(generation);
+                    } else {
+                        warn!(epoch = generation, "the host cancelled the reconfiguration in flight");
+                        mailbox.cancel_epoch(generation);
                     }
                 }
             }

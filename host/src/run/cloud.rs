@@ -21,6 +21,8 @@ use super::timeline::{FleetEvent, TimedEvent};
 
 /// Tag of the control-kind uni stream that cancels a step attempt.
 pub const ABORT_TAG: u64 = 1;
+/// Tag of the control-kind uni stream that cancels a reconfiguration epoch.
+pub const ABORT_EPOCH_TAG: u64 = 2;
 
 /// What the cloud did, for the host's loop to act on.
 #[derive(Debug, Clone)]
@@ -39,6 +41,8 @@ pub struct Shared {
     conns: Mutex<HashMap<WorkerId, quinn::Connection>>,
     /// The step attempt in flight (0: none).
     attempt: AtomicU64,
+    /// The reconfiguration epoch in flight (0: none).
+    epoch: AtomicU64,
 }
 
 impl Shared {
@@ -59,6 +63,10 @@ impl Shared {
         self.attempt.store(attempt, Ordering::SeqCst);
     }
 
+    pub fn set_epoch(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::SeqCst);
+    }
+
     /// SIGKILLs the process of `node`; closes the host's connection to it and
     /// cancels the step attempt in flight on everyone else.
     async fn kill_node(&self, node: &str) -> Option<WorkerId> {
@@ -75,13 +83,16 @@ impl Shared {
             }
             conns.values().cloned().collect()
         };
-        let attempt = self.attempt.load(Ordering::SeqCst);
-        if attempt > 0 {
-            for conn in others {
+        let cancels = [
+            (ABORT_TAG, self.attempt.load(Ordering::SeqCst)),
+            (ABORT_EPOCH_TAG, self.epoch.load(Ordering::SeqCst)),
+        ];
+        for (tag, generation) in cancels.into_iter().filter(|(_, g)| *g > 0) {
+            for conn in others.iter().cloned() {
                 tokio::spawn(async move {
                     if let Ok(mut send) = conn.open_uni().await {
-                        let _ = StreamHeader::new(StreamKind::Control, ABORT_TAG).write(&mut send).await;
-                        let _ = send.write_all(&attempt.to_be_bytes()).await;
+                        let _ = StreamHeader::new(StreamKind::Control, tag).write(&mut send).await;
+                        let _ = send.write_all(&generation.to_be_bytes()).await;
                         let _ = send.finish();
                     }
                 });

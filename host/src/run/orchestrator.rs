@@ -463,7 +463,9 @@ async fn reconfigure(
             },
         );
     }
+    fleet.shared.set_epoch(epoch);
     let replies = fleet.call_many(commands, settings.command_timeout).await;
+    fleet.shared.set_epoch(0);
     let mut failed = Vec::new();
     let (mut sent, mut resent) = (0u64, 0u64);
     for (id, reply) in &replies {

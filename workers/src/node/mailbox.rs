@@ -40,6 +40,8 @@ pub enum MailboxError {
     Timeout { key: Key, timeout: Duration },
     #[error("step attempt {attempt} was cancelled (a peer was preempted)")]
     Cancelled { attempt: u64 },
+    #[error("reconfiguration {epoch} was cancelled (a peer was preempted)")]
+    CancelledEpoch { epoch: u64 },
 }
 
 #[derive(Default)]
@@ -47,6 +49,8 @@ struct Inner {
     slots: HashMap<Key, Vec<u8>>,
     /// Training payloads of attempts up to this one will never come.
     cancelled_through: u64,
+    /// State of reconfiguration epochs up to this one will never come.
+    cancelled_epochs_through: u64,
 }
 
 /// Payloads by key, with a condition variable for waiting takers.
@@ -77,10 +81,14 @@ impl Mailbox {
             if let Some(payload) = inner.slots.remove(&key) {
                 return Ok(payload);
             }
-            if let (true, attempt) = key.generation()
-                && attempt <= inner.cancelled_through
-            {
-                return Err(MailboxError::Cancelled { attempt });
+            match key.generation() {
+                (true, attempt) if attempt <= inner.cancelled_through => {
+                    return Err(MailboxError::Cancelled { attempt });
+                }
+                (false, epoch) if epoch <= inner.cancelled_epochs_through => {
+                    return Err(MailboxError::CancelledEpoch { epoch });
+                }
+                _ => {}
             }
             let now = Instant::now();
             if now >= deadline {
@@ -94,6 +102,13 @@ impl Mailbox {
     pub fn cancel_attempt(&self, attempt: u64) {
         let mut inner = self.inner.lock().expect("mailbox lock");
         inner.cancelled_through = inner.cancelled_through.max(attempt);
+        self.arrived.notify_all();
+    }
+
+    /// Gives up reconfiguration `epoch` (and earlier): state takers fail now.
+    pub fn cancel_epoch(&self, epoch: u64) {
+        let mut inner = self.inner.lock().expect("mailbox lock");
+        inner.cancelled_epochs_through = inner.cancelled_epochs_through.max(epoch);
         self.arrived.notify_all();
     }
 
