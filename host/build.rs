@@ -13,6 +13,7 @@ fn main() {
     let guests = [
         Guest { package: "reactive-policy", output: "reactive.wasm" },
         Guest { package: "arima-liveput-policy", output: "arima_liveput.wasm" },
+        Guest { package: "robust-liveput-policy", output: "robust_liveput.wasm" },
     ];
     if let Err(message) = build(root, &out, &guests) {
         eprintln!("{message}");

@@ -161,7 +161,7 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub input: TraceInput,
     /// Policy component serving every interface it exports (`.wasm` or
-    /// `builtin:NAME`; default: builtin:arima-liveput).
+    /// `builtin:NAME`; default: builtin:robust-liveput).
     #[arg(long)]
     pub policy: Option<String>,
     /// Predictor component (overrides --policy's predictor).

@@ -1,5 +1,5 @@
 //! What the host carries inside its binary so it runs with nothing on disk: the
-//! reactive policy component, a small trace, and a small profile.
+//! policy components, a small trace, and a small profile.
 
 /// The reactive throughput-optimal policy, compiled to a component at build time.
 pub const REACTIVE_POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/policies/reactive.wasm"));
@@ -8,15 +8,23 @@ pub const REACTIVE_POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pol
 pub const ARIMA_LIVEPUT_POLICY: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/policies/arima_liveput.wasm"));
 
+/// The paper's policy hedged against the preemptions its forecast does not
+/// show (ARIMA forecast + churn estimate + hedged liveput), compiled at build time.
+pub const ROBUST_LIVEPUT_POLICY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/policies/robust_liveput.wasm"));
+
 /// The policy used when none is given.
-pub const DEFAULT_POLICY: &str = "builtin:arima-liveput";
+pub const DEFAULT_POLICY: &str = "builtin:robust-liveput";
 
 /// Name of an embedded policy on the command line: `builtin:NAME`.
 pub const BUILTIN_PREFIX: &str = "builtin:";
 
 /// The embedded policies, by the name used after `builtin:`.
-pub const BUILTIN_POLICIES: &[(&str, &[u8])] =
-    &[("arima-liveput", ARIMA_LIVEPUT_POLICY), ("reactive", REACTIVE_POLICY)];
+pub const BUILTIN_POLICIES: &[(&str, &[u8])] = &[
+    ("arima-liveput", ARIMA_LIVEPUT_POLICY),
+    ("robust-liveput", ROBUST_LIVEPUT_POLICY),
+    ("reactive", REACTIVE_POLICY),
+];
 
 /// The embedded policy called `name`.
 pub fn builtin_policy(name: &str) -> Option<&'static [u8]> {

@@ -88,7 +88,8 @@ impl Shared {
             (ABORT_EPOCH_TAG, self.epoch.load(Ordering::SeqCst)),
         ];
         for (tag, generation) in cancels.into_iter().filter(|(_, g)| *g > 0) {
-            for conn in others.iter().cloned() {
+            for conn in &others {
+                let conn = conn.clone();
                 tokio::spawn(async move {
                     if let Ok(mut send) = conn.open_uni().await {
                         let _ = StreamHeader::new(StreamKind::Control, tag).write(&mut send).await;

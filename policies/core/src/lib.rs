@@ -7,10 +7,12 @@
 //! the two.
 
 pub mod arima;
+pub mod churn;
 pub mod liveput;
 pub mod optimizer;
 pub mod plan;
 pub mod reactive;
+pub mod robust;
 pub mod types;
 pub mod validate;
 pub mod wit_convert;

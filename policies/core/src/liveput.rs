@@ -125,15 +125,18 @@
 //! stages whose state is `c`; the distribution of a maximum comes from its
 //! cumulative distribution, one such program per distinct time threshold. To
 //! stay in floating-point range for any `N`, `C(m, k)` is replaced by the
-//! binomial probability `C(m, k) pi^k (1 - pi)^(m - k)` with `pi = n_out / N`;
-//! the extra factor `pi^n (1 - pi)^(N - n)` is the same for every `k` and
-//! cancels in the normalisation, and all intermediate sums stay below 1.
+//! binomial probability `C(m, k) pi^k (1 - pi)^(m - k)` with `pi = n_out / N`
+//! (divided by its sum over the counts kept); the extra factors are the same
+//! for every `k` and cancel in the normalisation, and all intermediate sums
+//! stay below 1. The weights are built from ratios of consecutive terms with
+//! `+ - * /` only, never `ln`/`exp`, whose last bit depends on the platform's
+//! maths library: a guest must compute the same bits as the host.
 //!
 //! Complexity of one call, with `K = min(D, n_out) + 1` possible preemption
 //! counts per stage and `H` distinct per-stage transfer times reachable: at most
 //! `4 + H` programs of `O(P x K x n_out)` each, which is `O(N x n_out)` since `D
 //! x P <= N` (the running count is also pruned to what the remaining stages and
-//! spares can still reach); `O(max(D, S))` logarithms for the binomial weights;
+//! spares can still reach); `O(min(max(D, S), n_out))` for the binomial weights;
 //! for a repartition, `O((P + p) x D x d)` for the slot allocation. Memory
 //! `O(n_out + N)`. Measured in release mode (test `timing`, run with
 //! `--release --ignored --nocapture`) on a shared 2-core machine: 2-8 µs per
@@ -564,6 +567,37 @@ pub fn transition_distribution(
     check_transition(from, instances_before, preempted, arrived, to)?;
     let model = plan::Model::new(profile, from, to)?;
     exact::distribution(&model, instances_before, preempted)
+}
+
+/// The cost model of one `from -> to` pair, which does not depend on the
+/// instances or the preemptions: built once, it gives
+/// [`transition_distribution`] for any of them without rebuilding the
+/// pair's transfer tables (the horizon planner asks for the same pair under
+/// many fleet sizes and preemption counts).
+#[derive(Debug, Clone)]
+pub(crate) struct PairModel(plan::Model);
+
+impl PairModel {
+    /// The model of `from -> to`, checking the profile figures it uses.
+    pub(crate) fn new(
+        profile: &ModelProfile,
+        from: Option<ParallelConfig>,
+        to: Option<ParallelConfig>,
+    ) -> Result<PairModel, LiveputError> {
+        plan::Model::new(profile, from, to).map(PairModel)
+    }
+
+    /// Exactly [`transition_distribution`] of the pair (same checks, same
+    /// numbers).
+    pub(crate) fn distribution(
+        &self,
+        instances_before: u32,
+        preempted: u32,
+        arrived: u32,
+    ) -> Result<TransitionDistribution, LiveputError> {
+        check_transition(self.0.from, instances_before, preempted, arrived, self.0.to)?;
+        exact::distribution(&self.0, instances_before, preempted)
+    }
 }
 
 /// The exact expected cost of a transition (see [`transition_distribution`]).

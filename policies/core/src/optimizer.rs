@@ -3,7 +3,7 @@
 //! migration costs ([`crate::plan::best_plan`]), apply the first, re-plan next
 //! interval (receding horizon).
 
-use crate::plan::{PlanOptions, Step, TransitionCache, best_plan_with};
+use crate::plan::{Churn, PlanOptions, Step, TransitionCache, best_plan_hedged};
 use crate::{OptimizeRequest, Optimizer, Plan, PlanStep};
 
 /// Liveput-optimal planning over the request's forecast.
@@ -34,6 +34,12 @@ pub struct Liveput {
     /// Knobs of the program (default: [`PlanOptions::default`], `liveput()`'s
     /// pause rule).
     pub options: PlanOptions,
+    /// Preemptions that may hit each forecast interval on top of the
+    /// forecast's own, with their chance per interval (each replaced by an
+    /// arrival; [`crate::plan::best_plan_hedged`]). Applied to every step but
+    /// the first, whose preemptions have been observed. Empty (the default):
+    /// the forecast is taken as certain, as in the paper.
+    pub churn: Vec<Churn>,
 }
 
 impl Liveput {
@@ -62,11 +68,17 @@ pub fn steps_of(request: &OptimizeRequest) -> Vec<Step> {
 impl Optimizer for Liveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         let steps = steps_of(request);
-        let planned = best_plan_with(
+        let churn: Vec<Vec<Churn>> = if self.churn.is_empty() {
+            Vec::new()
+        } else {
+            (0..steps.len()).map(|i| if i == 0 { Vec::new() } else { self.churn.clone() }).collect()
+        };
+        let planned = best_plan_hedged(
             &request.profile,
             request.current,
             self.carried_ms,
             &steps,
+            &churn,
             request.interval_ms,
             self.options,
             &mut self.cache,

@@ -33,11 +33,16 @@
 //! to pairs evenly spaced in leftover order, always keeping both ends (the
 //! pair with the least leftover and the one with the most value). Once a front
 //! is thinned the plan may be sub-optimal; [`CacheStats::front_truncations`]
-//! counts it. It never happened in the tests or the benchmarks: the largest
-//! front is 3 in the brute-force tests, and at most 12 pairs in the
-//! p3-shaped benchmarks (receding horizon H = 12 and the 683-interval Oracle,
-//! five models). The fronts do matter: capped at 2 pairs, 1 to 2 of the 120
-//! random brute-force cases get a worse plan.
+//! counts it. It never happened in the tests or the benchmarks with a point
+//! forecast: the largest front is 3 in the brute-force tests, and at most 12
+//! pairs in the p3-shaped benchmarks (receding horizon H = 12 and the
+//! 683-interval Oracle, five models). The fronts do matter: capped at 2
+//! pairs, 1 to 2 of the 120 random brute-force cases get a worse plan. Hedged
+//! plans ([`best_plan_hedged`]) mix more leftovers: on the GPT-6.7B-shaped
+//! profile, whose restarts outlast a minute, fronts reach 39 pairs in
+//! `timing`, and 83 decisions of `robust-liveput` (GPT-6.7B, p3 and g4dn
+//! traces) were thinned; with a cap of 1024 instead every decision was the
+//! same.
 //!
 //! Most fronts have a single pair: a transition whose migrations all finish
 //! within the interval leaves nothing, and of the pairs with no leftover only
@@ -120,22 +125,36 @@
 //! # Cost
 //!
 //! Per interval, every pair of a live state and a layout that fits: `O(H x
-//! (S + 1)^2 x F x K)` for `S` layouts, fronts of `F` pairs and `K` outcomes
-//! per distribution (one when nobody is preempted), plus the distributions not
-//! yet cached (5-10 µs each for 32 instances). Measured in release mode on a
-//! shared 2-core machine (test `timing`: `cargo test --release -p
-//! parcae-policy-core plan::tests::timing -- --ignored --nocapture`), with
-//! profiles shaped like the five models of `p3-v100-parcae.json` (10 to 62
-//! layouts) and a synthetic 683-interval trace of a 32-instance fleet: one
-//! call, 47 layouts, H = 12 with preemptions, 80 ms with an empty cache (9,500
-//! distributions), 0.3 ms once cached; a receding-horizon run (683 calls, H =
-//! 12, true future as the forecast) 15-560 ms per model, 1.5 s for all five
-//! (0.35 s with a flat forecast); the Oracle (one call over 683 intervals)
-//! 15-420 ms per model.
+//! (S + 1)^2 x F x K x M)` for `S` layouts, fronts of `F` pairs, `K` outcomes
+//! per distribution (one when nobody is preempted) and `M` scenarios per
+//! interval (1 unless hedged), plus the distributions not yet cached (5-10 µs
+//! each for 32 instances). Two things keep most of that work from being done,
+//! without changing any plan:
+//!
+//! - **Bound.** A predecessor whose most valuable pair, plus the most one
+//!   interval in the target layout can train, does not exceed the best pair
+//!   without leftover found so far is skipped before its transition is looked
+//!   up (or computed): every pair it could yield would be dropped.
+//!   [`CacheStats::pruned`] counts them.
+//! - **Pair models.** The transfer tables of a `(from, to)` pair do not depend
+//!   on the fleet or the preemptions; the cache builds them once per pair and
+//!   reuses them for every `(instances_before, preempted)`.
+//!
+//! Measured in release mode on a shared 2-core machine (test `timing`: `cargo
+//! test --release -p parcae-policy-core plan::tests::timing -- --ignored
+//! --nocapture`), with profiles shaped like the five models of
+//! `p3-v100-parcae.json` (10 to 62 layouts) and a synthetic 683-interval trace
+//! of a 32-instance fleet: one call, 47 layouts, H = 12 with preemptions, 4-6
+//! ms with an empty cache (1,023 distributions; 80 ms and 9,500 without the
+//! bound), 0.1 ms once cached; a receding-horizon run (683 calls, H = 12)
+//! 6-55 ms per model with the true future as the forecast, 3-36 ms with a
+//! flat one, 43-83 ms with a flat one hedged by three burst sizes; the Oracle
+//! (one call over 683 intervals) 3-22 ms per model (15-420 ms without the
+//! bound and the pair models).
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::liveput::{LiveputError, MAX_INSTANCES, lost_samples, transition_distribution};
+use crate::liveput::{LiveputError, MAX_INSTANCES, PairModel, lost_samples};
 use crate::{IntervalStats, ModelProfile, ParallelConfig};
 
 #[cfg(test)]
@@ -163,6 +182,10 @@ const PRUNE_CROSS: usize = 4;
 /// Largest `(from, to)` table kept dense (`(S + 1)^2` entries); larger
 /// profiles use a hash map holding only the transitions visited.
 const DENSE_TABLE_MAX: usize = 1 << 16;
+
+/// Bound on the `(from, to)` cost models a [`TransitionCache`] keeps (a few
+/// hundred bytes to a few KB each; every p3 profile needs at most 63 x 63).
+const MAX_PAIR_MODELS: usize = 1 << 14;
 
 /// Default bound on the outcomes a [`TransitionCache`] stores (24 bytes each).
 pub const DEFAULT_MAX_CACHED_OUTCOMES: usize = 1 << 20;
@@ -249,6 +272,9 @@ pub struct CacheStats {
     pub largest_front: usize,
     /// Calls of [`best_plan`].
     pub plans: u64,
+    /// Predecessors skipped because they could not improve a layout's best
+    /// pair (no transition looked up).
+    pub pruned: u64,
 }
 
 /// Memoised transition distributions, kept across calls of [`best_plan`], and
@@ -288,6 +314,7 @@ impl TransitionCache {
                 heads: Vec::new(),
                 outs: Vec::new(),
                 table_entries: 0,
+                models: HashMap::new(),
                 stats: CacheStats::default(),
             },
             work: Work::default(),
@@ -325,6 +352,7 @@ impl TransitionCache {
             self.profile = Some(profile.clone());
         } else if self.store.outs.len() > self.store.max_outcomes
             || self.store.table_entries > self.store.max_table_entries
+            || self.store.models.len() > MAX_PAIR_MODELS
         {
             self.store.clear();
             self.store.stats.clears += 1;
@@ -375,6 +403,10 @@ struct Store {
     heads: Vec<(usize, usize)>,
     outs: Vec<Out>,
     table_entries: usize,
+    /// Per `(from, to)` slot, the pair's cost model: shared by every
+    /// `(instances_before, preempted)` table, so a new fleet size or
+    /// preemption count does not rebuild it.
+    models: HashMap<usize, PairModel>,
     stats: CacheStats,
 }
 
@@ -384,6 +416,7 @@ impl Store {
         self.tables.clear();
         self.heads.clear();
         self.outs.clear();
+        self.models.clear();
         self.table_entries = 0;
     }
 
@@ -420,15 +453,13 @@ impl Store {
         }
         self.stats.misses += 1;
         let from_cfg = from.map(|f| ctx.cands[f].config);
-        let to_cand = ctx.cands.get(to);
-        let dist = transition_distribution(
-            ctx.profile,
-            from_cfg,
-            step.instances_before,
-            step.preempted,
-            step.arrived,
-            to_cand.map(|c| c.config),
-        )?;
+        let model = match self.models.entry(slot) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(PairModel::new(ctx.profile, from_cfg, ctx.cands.get(to).map(|c| c.config))?)
+            }
+        };
+        let dist = model.distribution(step.instances_before, step.preempted, step.arrived)?;
         let lost = lost_samples(ctx.profile, from_cfg, &dist)?;
         let start = self.outs.len();
         self.outs.extend(dist.outcomes.iter().map(|o| Out {
@@ -879,6 +910,11 @@ fn run(
             }
             scratch.clear();
             let mut best: Option<Point> = None;
+            // Most samples one interval in `t` can yield (no migration, nothing
+            // lost), with room for rounding: the sums over outcomes cannot
+            // exceed it.
+            let bound =
+                if t == pause { 0.0 } else { cands[t].thr * interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9 };
             // Staying first, then the layout order: the first of equal pairs wins.
             let depth = cands.get(t).map(|c| c.config.pipeline_stages);
             let candidates = live.iter().copied().enumerate().filter(|&(r, f)| {
@@ -891,6 +927,17 @@ fn run(
             for f in std::iter::once(t).chain(candidates.map(|(_, f)| f)) {
                 let (start, len) = prev[f];
                 if len == 0 {
+                    continue;
+                }
+                // A predecessor whose most valuable pair, plus the most one
+                // interval can train in `t`, cannot beat the best pair without
+                // leftover found so far: every pair it yields would be dropped
+                // below, so skip it before looking up (or computing) its
+                // transition. Exact: the plan is the same, only faster.
+                if let Some(b) = best
+                    && points[start + len - 1].value + bound <= b.value
+                {
+                    store.stats.pruned += 1;
                     continue;
                 }
                 // A layout that does not fit the instances before the change

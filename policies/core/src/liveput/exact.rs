@@ -34,32 +34,11 @@ impl Hyper {
     fn new(instances: usize, d_old: usize, stages: usize, n: usize, new_slots: u64) -> Hyper {
         let holders = d_old * stages;
         let spares = instances - holders;
-        let top = d_old.max(spares);
-        let mut ln_fact = Vec::with_capacity(top + 1);
-        let mut acc = 0.0f64;
-        ln_fact.push(0.0);
-        for i in 1..=top {
-            acc += (i as f64).ln();
-            ln_fact.push(acc);
-        }
-        let ln_pi = (n as f64 / instances as f64).ln();
-        let ln_rest = ((instances - n) as f64 / instances as f64).ln();
-        // Binomial(m, pi) probability of k, exact at the ends pi = 0 and pi = 1.
-        let pmf = |m: usize, k: usize| -> f64 {
-            if n == 0 {
-                f64::from(u8::from(k == 0))
-            } else if n == instances {
-                f64::from(u8::from(k == m))
-            } else {
-                let ln_choose = ln_fact[m] - ln_fact[k] - ln_fact[m - k];
-                (ln_choose + k as f64 * ln_pi + (m - k) as f64 * ln_rest).exp()
-            }
-        };
         Hyper {
             n,
             stages,
-            w: (0..=d_old.min(n)).map(|k| pmf(d_old, k)).collect(),
-            spare: (0..=spares.min(n)).map(|k| pmf(spares, k)).collect(),
+            w: binomial_weights(d_old, n, instances),
+            spare: binomial_weights(spares, n, instances),
             split: (holders as u64).checked_sub(new_slots),
         }
     }
@@ -147,6 +126,44 @@ impl Hyper {
         };
         (0..self.stages).fold(ws, |acc, _| acc * w0)
     }
+}
+
+/// `w[k]`, `k = 0..=min(m, n)`: the Binomial(`m`, `pi = n / instances`)
+/// probabilities of `k`, up to a factor common to every `k` (here: divided by
+/// their sum over the `k` kept), which cancels in the normalisation. Exact at
+/// the ends `pi = 0` and `pi = 1`.
+///
+/// Computed with `+ - * /` only, by the ratio of consecutive terms from the
+/// mode outwards, never with `ln` or `exp`: IEEE 754 makes those four
+/// operations give the same bits everywhere, while `ln` and `exp` come from
+/// the platform's maths library (glibc natively, musl in a Wasm guest), which
+/// may differ in the last bit. Guests must decide exactly as the native code
+/// does. The terms never overflow (the mode is 1 before the division) and
+/// underflow only where the log-space form did too.
+fn binomial_weights(m: usize, n: usize, instances: usize) -> Vec<f64> {
+    let top = m.min(n);
+    if n == 0 {
+        return (0..=top).map(|k| f64::from(u8::from(k == 0))).collect();
+    }
+    if n >= instances {
+        return (0..=top).map(|k| f64::from(u8::from(k == m))).collect();
+    }
+    let rest = (instances - n) as f64;
+    let n_f = n as f64;
+    // The mode of Binomial(m, pi), floor((m + 1) pi), within 0..=top.
+    let mode = (((m as u128 + 1) * n as u128) / instances as u128).min(top as u128) as usize;
+    let mut w = vec![0.0f64; top + 1];
+    w[mode] = 1.0;
+    // w[k] / w[k - 1] = (m - k + 1) pi / (k (1 - pi)).
+    for k in mode + 1..=top {
+        w[k] = w[k - 1] * (((m - k + 1) as f64 * n_f) / (k as f64 * rest));
+    }
+    for k in (0..mode).rev() {
+        w[k] = w[k + 1] * (((k + 1) as f64 * rest) / ((m - k) as f64 * n_f));
+    }
+    let sum: f64 = w.iter().sum();
+    w.iter_mut().for_each(|x| *x /= sum);
+    w
 }
 
 /// Distinct values of `f`, sorted.

@@ -785,21 +785,40 @@ fn timing() {
         let profile = p3_like(name);
         {
             let options = PlanOptions::default();
-            for forecast in ["true", "flat"] {
+            // "hedged": the flat forecast with a burst of 1, 2 or 3 instances
+            // in 6%, 3% and 3% of the intervals (about the p3 trace's rate).
+            let churn_one =
+                [(1, 0.06), (2, 0.03), (3, 0.03)].map(|(extra, probability)| Churn { extra, probability });
+            for forecast in ["true", "flat", "hedged"] {
                 let mut cache = TransitionCache::default();
                 let mut chosen = Vec::with_capacity(steps.len());
                 let t = Instant::now();
                 for k in 0..steps.len() {
                     let mut window: Vec<Step> = steps[k..(k + 12).min(steps.len())].to_vec();
-                    if forecast == "flat" {
+                    if forecast != "true" {
                         let now = window[0].instances_after().unwrap() as u32;
                         window.truncate(1);
                         window.resize(12, step(now, 0, 0));
                     }
+                    let churn: Vec<Vec<Churn>> = if forecast == "hedged" {
+                        (0..window.len())
+                            .map(|i| if i == 0 { Vec::new() } else { churn_one.to_vec() })
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
                     let current = chosen.last().copied().flatten();
-                    let plan =
-                        best_plan_with(&profile, current, 0.0, &window, interval_ms, options, &mut cache)
-                            .unwrap();
+                    let plan = best_plan_hedged(
+                        &profile,
+                        current,
+                        0.0,
+                        &window,
+                        &churn,
+                        interval_ms,
+                        options,
+                        &mut cache,
+                    )
+                    .unwrap();
                     chosen.push(plan[0].config);
                 }
                 let e = t.elapsed();
@@ -1018,4 +1037,218 @@ fn pruning_loss() {
         t.elapsed().as_secs_f64() * 1e3,
         configs_of(&plan).iter().map(|c| c.map_or("pause".into(), |c| c.to_string())).collect::<Vec<_>>()
     );
+}
+
+// ---------------------------------------------------------------- hedging
+
+/// The scenarios of one interval under `churn`, built independently of the
+/// program's own code: the step as given with the rest of the probability,
+/// then each entry with `extra` more preemptions (clamped) and as many more
+/// arrivals.
+fn scenarios_of(s: &Step, churn: &[Churn]) -> Vec<(f64, Step)> {
+    let rest = 1.0 - churn.iter().map(|c| c.probability).sum::<f64>();
+    let mut out = vec![(rest, *s)];
+    for c in churn {
+        let preempted = (s.preempted + c.extra).min(s.instances_before);
+        let extra = preempted - s.preempted;
+        out.push((c.probability, step(s.instances_before, preempted, s.arrived + extra)));
+    }
+    out
+}
+
+/// The probability-weighted `liveput()` of one interval over its scenarios.
+#[allow(clippy::too_many_arguments)]
+fn mixed_value_of(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    s: &Step,
+    churn: &[Churn],
+    to: Option<ParallelConfig>,
+    interval_ms: u64,
+    carry: f64,
+) -> (f64, f64) {
+    let (mut samples, mut leftover) = (0.0, 0.0);
+    for (w, sc) in scenarios_of(s, churn) {
+        let (v, l) = value_of(profile, from, &sc, to, interval_ms, carry);
+        samples += w * v;
+        leftover += w * l;
+    }
+    (samples, leftover)
+}
+
+/// Best expected value over the scenarios by enumerating every plan.
+fn brute_force_mixed(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    churn: &[Vec<Churn>],
+    interval_ms: u64,
+) -> (f64, Vec<Option<ParallelConfig>>) {
+    #[allow(clippy::too_many_arguments)]
+    fn go(
+        profile: &ModelProfile,
+        steps: &[Step],
+        churn: &[Vec<Churn>],
+        interval_ms: u64,
+        from: Option<ParallelConfig>,
+        carry: f64,
+        acc: f64,
+        path: &mut Vec<Option<ParallelConfig>>,
+        best: &mut (f64, Vec<Option<ParallelConfig>>),
+    ) {
+        let Some((s, rest)) = steps.split_first() else {
+            if acc > best.0 {
+                *best = (acc, path.clone());
+            }
+            return;
+        };
+        let here = churn.first().map_or(&[][..], Vec::as_slice);
+        let later = churn.get(1..).unwrap_or(&[]);
+        let after = s.instances_after().unwrap();
+        let mut options: Vec<Option<ParallelConfig>> = vec![None];
+        for c in &profile.configs {
+            if c.config.instances() <= after && !options.contains(&Some(c.config)) {
+                options.push(Some(c.config));
+            }
+        }
+        for to in options {
+            let (samples, leftover) = mixed_value_of(profile, from, s, here, to, interval_ms, carry);
+            path.push(to);
+            go(profile, rest, later, interval_ms, to, leftover, acc + samples, path, best);
+            path.pop();
+        }
+    }
+    let mut best = (f64::NEG_INFINITY, Vec::new());
+    go(profile, steps, churn, interval_ms, current, carried_ms, 0.0, &mut Vec::new(), &mut best);
+    best
+}
+
+fn random_churn(rng: &mut SplitMix64, intervals: usize) -> Vec<Vec<Churn>> {
+    (0..intervals)
+        .map(|_| {
+            let entries = rng.below(3) as usize;
+            let mut left = 1.0;
+            (0..entries)
+                .map(|_| {
+                    let probability = left * f64::from(rng.below(60)) / 100.0;
+                    left -= probability;
+                    Churn { extra: 1 + rng.below(3), probability }
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn hedged_matches_brute_force_over_the_scenarios() {
+    let mut rng = SplitMix64(77);
+    let mut cache = TransitionCache::default();
+    let options = PlanOptions::default();
+    let (mut differ, mut hedged_cases) = (0, 0);
+    for case in 0..150 {
+        let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+        let churn = random_churn(&mut rng, steps.len());
+        let plan =
+            best_plan_hedged(&profile, current, carried, &steps, &churn, interval_ms, options, &mut cache)
+                .unwrap();
+        let (brute, brute_configs) =
+            brute_force_mixed(&profile, current, carried, &steps, &churn, interval_ms);
+        let dp = total(&plan);
+        assert!(
+            (dp - brute).abs() <= 1e-9 * brute.abs().max(1.0),
+            "case {case}: dp {dp} brute {brute} ({brute_configs:?})\n{steps:?} {churn:?}\n{plan:?}"
+        );
+        // The plan's own numbers are the mixture's along it.
+        let (mut from, mut carry) = (current, carried);
+        for (k, (p, s)) in plan.iter().zip(&steps).enumerate() {
+            let (samples, leftover) =
+                mixed_value_of(&profile, from, s, &churn[k], p.config, interval_ms, carry);
+            assert!((p.expected_samples - samples).abs() <= 1e-9 * samples.abs().max(1.0), "case {case}");
+            assert!((p.expected_leftover_ms - leftover).abs() <= 1e-9 * leftover.max(1.0), "case {case}");
+            (from, carry) = (p.config, p.expected_leftover_ms);
+        }
+        let plain =
+            best_plan_with(&profile, current, carried, &steps, interval_ms, options, &mut cache).unwrap();
+        hedged_cases += usize::from(churn.iter().any(|c| c.iter().any(|e| e.probability > 0.0)));
+        differ += usize::from(configs_of(&plain) != configs_of(&plan));
+    }
+    // The scenarios must change some plans, or the test shows nothing; and the
+    // bound must have skipped predecessors in plans checked to be optimal.
+    assert!(hedged_cases > 100 && differ >= 10, "{hedged_cases} hedged, {differ} plans changed");
+    assert!(cache.stats().pruned > 100, "{:?}", cache.stats());
+    println!("{differ} of 150 plans changed by hedging");
+}
+
+#[test]
+fn hedged_without_risk_is_bit_identical() {
+    let mut rng = SplitMix64(78);
+    let options = PlanOptions::default();
+    for case in 0..120 {
+        let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+        let mut cache = TransitionCache::default();
+        let plain =
+            best_plan_with(&profile, current, carried, &steps, interval_ms, options, &mut cache).unwrap();
+        // No churn, churn of probability 0, and one certain scenario that is
+        // the step itself (nothing left to preempt, or nothing extra).
+        let none: Vec<Vec<Churn>> = vec![Vec::new(); steps.len()];
+        let zero: Vec<Vec<Churn>> = vec![vec![Churn { extra: 3, probability: 0.0 }]; steps.len()];
+        let nothing: Vec<Vec<Churn>> = vec![vec![Churn { extra: 0, probability: 1.0 }]; steps.len()];
+        for churn in [&none[..], &[][..], &zero[..], &nothing[..]] {
+            let mut fresh = TransitionCache::default();
+            let hedged =
+                best_plan_hedged(&profile, current, carried, &steps, churn, interval_ms, options, &mut fresh)
+                    .unwrap();
+            assert_eq!(hedged, plain, "case {case}: {churn:?}");
+        }
+    }
+}
+
+#[test]
+fn hedged_rejects_bad_probabilities() {
+    let profile = toy_profile(&[(1, 2, 10.0), (2, 2, 19.0)], 60_000.0);
+    let steps = [step(4, 0, 0), step(4, 0, 0)];
+    let mut cache = TransitionCache::default();
+    for bad in [-0.1, f64::NAN, f64::INFINITY] {
+        let churn = vec![Vec::new(), vec![Churn { extra: 1, probability: bad }]];
+        let e =
+            best_plan_hedged(&profile, None, 0.0, &steps, &churn, 1000, PlanOptions::default(), &mut cache);
+        assert!(matches!(e, Err(LiveputError::BadChurn { interval: 1, .. })), "{bad}: {e:?}");
+    }
+    let churn = vec![vec![Churn { extra: 1, probability: 0.7 }, Churn { extra: 2, probability: 0.4 }]];
+    let e = best_plan_hedged(&profile, None, 0.0, &steps, &churn, 1000, PlanOptions::default(), &mut cache);
+    assert!(matches!(e, Err(LiveputError::BadChurn { interval: 0, .. })), "{e:?}");
+    // More churn entries than steps are ignored; fewer leave the rest certain.
+    let long = vec![Vec::new(); 5];
+    assert!(
+        best_plan_hedged(&profile, None, 0.0, &steps, &long, 1000, PlanOptions::default(), &mut cache)
+            .is_ok()
+    );
+}
+
+/// With a forecast of no preemptions the program takes the fastest layout,
+/// a single replica of a deep pipeline; once each interval may take an
+/// instance, a layout that one preemption cuts risks the work since the last
+/// checkpoint, and the program keeps two replicas of every stage.
+#[test]
+fn risk_buys_replicas() {
+    // 1x4 is the fastest layout on 4..8 instances; 2x2 is slower but survives
+    // any single preemption. A restart loses 5 minutes of work.
+    let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
+    let steps = vec![step(0, 0, 6); 1].into_iter().chain(vec![step(6, 0, 0); 7]).collect::<Vec<_>>();
+    let mut cache = TransitionCache::default();
+    let options = PlanOptions::default();
+    let calm = best_plan_with(&profile, None, 0.0, &steps, 60_000, options, &mut cache).unwrap();
+    assert_eq!(calm[0].config, cfg(1, 4), "{calm:?}");
+    let mut churn = vec![vec![Churn { extra: 1, probability: 0.1 }]; steps.len()];
+    churn[0].clear();
+    let hedged = best_plan_hedged(&profile, None, 0.0, &steps, &churn, 60_000, options, &mut cache).unwrap();
+    // The last interval's layout meets no risk within the horizon.
+    let exposed = &hedged[..hedged.len() - 1];
+    assert!(exposed.iter().all(|s| s.config.is_some_and(|c| c.data_parallel >= 2)), "{hedged:?}");
+    // A rare enough burst is worth the risk again.
+    let rare: Vec<Vec<Churn>> =
+        churn.iter().map(|c| c.iter().map(|e| Churn { probability: 0.001, ..*e }).collect()).collect();
+    let bold = best_plan_hedged(&profile, None, 0.0, &steps, &rare, 60_000, options, &mut cache).unwrap();
+    assert_eq!(bold[0].config, cfg(1, 4), "{bold:?}");
 }

@@ -1,0 +1,242 @@
+//! Robust liveput: the paper's policy hedged against preemptions the count
+//! forecast does not show.
+//!
+//! - **Predictor**: ARIMA(1,1,0) exactly as [`crate::arima::Arima`] (the
+//!   forecast records are the artifact's), and from the same history the
+//!   chance that an interval takes `k` instances ([`ChurnEstimator`]).
+//! - **Optimizer**: the liveput dynamic program over the forecast, with every
+//!   forecast interval a mixture of "as forecast" and "as forecast, plus `k`
+//!   instances taken and replaced" at those chances
+//!   ([`crate::plan::best_plan_hedged`]).
+//!
+//! # Why
+//!
+//! ARIMA forecasts a nearly flat fleet, and a flat forecast means no
+//! preemption: planned against it, the optimizer sees no risk in layouts that
+//! one preemption cuts (a stage whose every replica is taken restarts from the
+//! checkpoint and loses the work since it), so it picks them whenever they are
+//! a little faster. With the true future the same optimizer reaches 99.4-100%
+//! of the Oracle on the p3 trace, so the forecast is the gap: not the count,
+//! which persistence predicts about as well, but the risk it hides. Hedging a
+//! flat forecast with the observed rate of bursts makes the optimizer keep
+//! enough replicas when bursts are frequent and take the fast layout when
+//! they are rare, by expected samples.
+//!
+//! # How the estimate reaches the optimizer
+//!
+//! A forecast record carries integer counts, which cannot say "a burst of 3
+//! with chance 0.05 in each interval". Spread over the horizon as integers
+//! (bursts at the expected times, which the optimizer pools back into a
+//! chance per interval), the chance is rounded to a multiple of `1 / (H - 1)`;
+//! measured on the p3 trace (GPT-1.5B, H = 8, an earlier estimator without a
+//! prior) that reached 91.9% of the Oracle on the whole trace instead of
+//! 94.8%, and 73.8% instead of 84.2% on the low-availability,
+//! high-preemption hour (ARIMA alone: 87.2% and 79.6%); taken as certain,
+//! such bursts make pausing look best for ever. So the estimate stays inside
+//! the policy: [`RobustLiveput::predict`] keeps it with the last interval of the
+//! history it came from, and [`RobustLiveput::optimize`] uses it when the
+//! request's first interval (the one just observed, which is the history's
+//! last) is that interval. The host runs a component that serves both
+//! interfaces as one instance and calls the predictor first every interval,
+//! so this holds in every replay; when it does not (another predictor, a
+//! predictor that faulted, a plan without a forecast), the optimizer hedges
+//! with the estimator's prior alone. Either way the answer depends only on
+//! the calls made, so it is deterministic.
+
+use crate::arima::Arima;
+use crate::churn::ChurnEstimator;
+use crate::optimizer::Liveput;
+use crate::plan::Churn;
+use crate::{IntervalStats, OptimizeRequest, Optimizer, Plan, PredictRequest, Predictor};
+
+/// The robust liveput policy (see the module documentation): one value serves
+/// as both predictor and optimizer, and must, for the hedge to see the history.
+#[derive(Debug, Clone, Default)]
+pub struct RobustLiveput {
+    /// The count forecast.
+    pub arima: Arima,
+    /// The per-interval chance of preemptions.
+    pub estimator: ChurnEstimator,
+    /// The hedged optimizer (its `churn` is set on every call).
+    pub optimizer: Liveput,
+    /// The last estimate and the interval it was made at.
+    last: Option<(IntervalStats, Vec<Churn>)>,
+}
+
+impl RobustLiveput {
+    /// The churn the next [`Optimizer::optimize`] of `request` will hedge with.
+    pub fn churn_for(&self, request: &OptimizeRequest) -> Vec<Churn> {
+        match (&self.last, request.forecast.first()) {
+            (Some((seen, churn)), Some(first)) if seen == first => churn.clone(),
+            _ => self.estimator.estimate(&[]),
+        }
+    }
+}
+
+impl Predictor for RobustLiveput {
+    fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
+        let forecast = self.arima.predict(request)?;
+        self.last = request.history.last().map(|&seen| (seen, self.estimator.estimate(&request.history)));
+        Ok(forecast)
+    }
+}
+
+impl Optimizer for RobustLiveput {
+    fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
+        self.optimizer.churn = self.churn_for(request);
+        self.optimizer.optimize(request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::toy_profile;
+    use crate::validate::{check_forecast, check_plan};
+    use crate::{ModelProfile, ParallelConfig};
+
+    fn predict_request(history: &[IntervalStats], horizon: u32) -> PredictRequest {
+        PredictRequest {
+            history: history.to_vec(),
+            horizon,
+            interval_ms: 60_000,
+            fleet_min: 0,
+            fleet_max: 32,
+        }
+    }
+
+    fn optimize_request(
+        profile: &ModelProfile,
+        observed: IntervalStats,
+        forecast: &[IntervalStats],
+        current: Option<ParallelConfig>,
+    ) -> OptimizeRequest {
+        let mut planned = vec![observed];
+        planned.extend_from_slice(forecast);
+        OptimizeRequest {
+            forecast: planned,
+            instances_now: observed.instances,
+            current,
+            interval_ms: 60_000,
+            profile: profile.clone(),
+        }
+    }
+
+    /// A steady fleet of 6 whose every third interval loses one instance and
+    /// gains one back (the count never moves).
+    fn churning(n: usize, every: usize) -> Vec<IntervalStats> {
+        (0..n)
+            .map(|i| {
+                let churn = u32::from(i % every == every - 1);
+                IntervalStats { instances: 6, arrivals: churn, preemptions: churn }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_forecast_is_arimas_and_the_hedge_is_the_history() {
+        let history = churning(30, 3);
+        let req = predict_request(&history, 7);
+        let mut policy = RobustLiveput::default();
+        let forecast = policy.predict(&req).unwrap();
+        assert_eq!(forecast, Arima::default().predict(&req).unwrap());
+        assert_eq!(check_forecast(&req, &forecast), Ok(()));
+        // A flat count: ARIMA's records carry no preemption at all...
+        assert!(forecast.iter().all(|s| s.preemptions == 0 && s.instances == 6), "{forecast:?}");
+        // ...the hedge carries one in three intervals (with the prior's 2
+        // bursts of 2 in 20 pseudo-intervals).
+        let profile = toy_profile(&[(1, 2, 10.0)], 0.0);
+        let opt = optimize_request(&profile, history[29], &forecast, None);
+        assert_eq!(
+            policy.churn_for(&opt),
+            vec![Churn { extra: 1, probability: 10.0 / 50.0 }, Churn { extra: 2, probability: 2.0 / 50.0 }]
+        );
+        // Another interval than the one predicted from: the prior alone.
+        let other = IntervalStats { instances: 6, arrivals: 2, preemptions: 2 };
+        let opt = optimize_request(&profile, other, &forecast, None);
+        assert_eq!(policy.churn_for(&opt), ChurnEstimator::default().estimate(&[]));
+    }
+
+    /// The decision loop on a churning fleet: plain liveput (a flat forecast,
+    /// no risk) runs the fastest layout, a single replica of 4 stages; the
+    /// robust policy keeps 2 replicas of every stage, and realises more
+    /// samples by the cost model along the true history.
+    #[test]
+    fn a_churning_fleet_gets_replicas() {
+        let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
+        let history = churning(60, 4);
+        let mut plain = (Arima::default(), Liveput::default());
+        let mut robust = RobustLiveput::default();
+        let (mut current_plain, mut current_robust) = (None, None);
+        let mut totals = [0.0f64; 2];
+        for k in 10..history.len() - 1 {
+            let req = predict_request(&history[..=k], 7);
+            let f_plain = plain.0.predict(&req).unwrap();
+            let f_robust = robust.predict(&req).unwrap();
+            assert_eq!(f_plain, f_robust);
+            let p =
+                plain.1.optimize(&optimize_request(&profile, history[k], &f_plain, current_plain)).unwrap();
+            let req_robust = optimize_request(&profile, history[k], &f_robust, current_robust);
+            let r = robust.optimize(&req_robust).unwrap();
+            assert_eq!(check_plan(&req_robust, &r), Ok(()));
+            // Score both on the next true interval.
+            let next = history[k + 1];
+            for (slot, (from, to)) in
+                [(current_plain, p.steps[0].config), (current_robust, r.steps[0].config)]
+                    .into_iter()
+                    .enumerate()
+            {
+                let before = history[k].instances;
+                let from = from.filter(|c| c.instances() <= u64::from(before));
+                totals[slot] += crate::liveput::liveput(
+                    &profile,
+                    from,
+                    before,
+                    next.preemptions,
+                    next.arrivals,
+                    to,
+                    60_000.0,
+                    0.0,
+                )
+                .unwrap()
+                .expected_samples;
+            }
+            current_plain = p.steps[0].config;
+            current_robust = r.steps[0].config;
+            if k > 20 {
+                assert_eq!(current_plain, Some(ParallelConfig::new(1, 4)), "interval {k}");
+                assert!(
+                    current_robust.is_some_and(|c| c.data_parallel >= 2),
+                    "interval {k}: {current_robust:?}"
+                );
+            }
+        }
+        assert!(totals[1] > 1.1 * totals[0], "robust {} vs plain {}", totals[1], totals[0]);
+    }
+
+    #[test]
+    fn decisions_are_deterministic() {
+        let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
+        let history = churning(40, 5);
+        let run = || {
+            let mut policy = RobustLiveput::default();
+            let mut current = None;
+            let mut plans = Vec::new();
+            for k in 0..history.len() {
+                let forecast = policy.predict(&predict_request(&history[..=k], 7)).unwrap();
+                let plan =
+                    policy.optimize(&optimize_request(&profile, history[k], &forecast, current)).unwrap();
+                current = plan.steps[0].config;
+                plans.push(plan);
+            }
+            plans
+        };
+        let (a, b) = (run(), run());
+        for (x, y) in a.iter().zip(&b) {
+            for (s, t) in x.steps.iter().zip(&y.steps) {
+                assert_eq!(s.config, t.config);
+                assert_eq!(s.expected_samples.to_bits(), t.expected_samples.to_bits());
+            }
+        }
+    }
+}
