@@ -7,7 +7,7 @@
 //! the cloud's termination event; without it the survivors would notice only
 //! through timeouts, which still works, only slower).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,6 +43,8 @@ pub struct Shared {
     attempt: AtomicU64,
     /// The reconfiguration epoch in flight (0: none).
     epoch: AtomicU64,
+    /// Workers taking part in the attempt or epoch in flight: only their loss cancels it.
+    participants: Mutex<HashSet<WorkerId>>,
 }
 
 impl Shared {
@@ -59,11 +61,15 @@ impl Shared {
         self.processes.lock().expect("cloud lock").retain(|_, (w, _)| *w != worker);
     }
 
-    pub fn set_attempt(&self, attempt: u64) {
+    /// The step attempt now in flight (0: none) and the workers taking part.
+    pub fn set_attempt(&self, attempt: u64, participants: impl IntoIterator<Item = WorkerId>) {
+        *self.participants.lock().expect("cloud lock") = participants.into_iter().collect();
         self.attempt.store(attempt, Ordering::SeqCst);
     }
 
-    pub fn set_epoch(&self, epoch: u64) {
+    /// The reconfiguration now in flight (0: none) and the workers taking part.
+    pub fn set_epoch(&self, epoch: u64, participants: impl IntoIterator<Item = WorkerId>) {
+        *self.participants.lock().expect("cloud lock") = participants.into_iter().collect();
         self.epoch.store(epoch, Ordering::SeqCst);
     }
 
@@ -83,6 +89,10 @@ impl Shared {
             }
             conns.values().cloned().collect()
         };
+        if !self.participants.lock().expect("cloud lock").contains(&worker) {
+            // An idle or leaving worker: nothing in flight depends on it.
+            return Some(worker);
+        }
         let cancels = [
             (ABORT_TAG, self.attempt.load(Ordering::SeqCst)),
             (ABORT_EPOCH_TAG, self.epoch.load(Ordering::SeqCst)),

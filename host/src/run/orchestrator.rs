@@ -382,14 +382,28 @@ async fn reconfigure(
         job.dirty = false;
         return Ok(());
     }
-    let Some(target) = target else {
-        if job.layout.is_some() {
-            log.event(RunEvent::Paused { step: job.step, available: staying.len() });
+    // A pause trains nothing, but state that only leaving workers hold must
+    // still move to workers that stay ("parking" it in a one-replica layout),
+    // or the job would have to restart from the checkpoint later.
+    let stranded = (0..settings.spec.num_layers())
+        .any(|l| !staying.iter().any(|id| job.holdings.get(id).is_some_and(|r| r.contains(&l))));
+    let parking =
+        target.is_none() && stranded && !staying.is_empty() && job.holdings.values().any(|r| !r.is_empty());
+    let target = match target {
+        Some(target) => target,
+        None if parking => {
+            let p = job.layout.as_ref().map_or(1, |l| l.pipeline_stages).clamp(1, staying.len());
+            Layout::new(&settings.spec, 1, p)?
         }
-        job.layout = None;
-        job.slots.clear();
-        job.dirty = false;
-        return Ok(());
+        None => {
+            if job.layout.is_some() {
+                log.event(RunEvent::Paused { step: job.step, available: staying.len() });
+            }
+            job.layout = None;
+            job.slots.clear();
+            job.dirty = false;
+            return Ok(());
+        }
     };
     let holdings: Vec<Holding> = fleet
         .connected()
@@ -463,9 +477,9 @@ async fn reconfigure(
             },
         );
     }
-    fleet.shared.set_epoch(epoch);
+    fleet.shared.set_epoch(epoch, commands.keys().copied());
     let replies = fleet.call_many(commands, settings.command_timeout).await;
-    fleet.shared.set_epoch(0);
+    fleet.shared.set_epoch(0, []);
     let mut failed = Vec::new();
     let (mut sent, mut resent) = (0u64, 0u64);
     for (id, reply) in &replies {
@@ -499,8 +513,13 @@ async fn reconfigure(
     let millis = started.elapsed().as_secs_f64() * 1000.0;
     let rolled_back_steps = job.step - step;
     job.step = step;
-    job.slots = plan.assignment.iter().map(|&(slot, id)| (id, slot)).collect();
-    job.layout = Some(target.clone());
+    if parking {
+        job.slots.clear();
+        job.layout = None;
+    } else {
+        job.slots = plan.assignment.iter().map(|&(slot, id)| (id, slot)).collect();
+        job.layout = Some(target.clone());
+    }
     job.dirty = false;
     info!(
         kind = plan.kind.as_str(),
@@ -525,7 +544,11 @@ async fn reconfigure(
         bytes_from_checkpoint: plan.bytes_from_checkpoint,
         resent_chunks: resent,
         millis,
+        parked: parking,
     });
+    if parking {
+        log.event(RunEvent::Paused { step: job.step, available: staying.len() });
+    }
     Ok(())
 }
 
@@ -550,9 +573,9 @@ async fn train_step(
     job.attempts += 1;
     let attempt = job.attempts;
     let commands = workers.iter().map(|&id| (id, Command::Step { step, attempt })).collect();
-    fleet.shared.set_attempt(attempt);
+    fleet.shared.set_attempt(attempt, workers.iter().copied());
     let replies = fleet.call_many(commands, settings.command_timeout).await;
-    fleet.shared.set_attempt(0);
+    fleet.shared.set_attempt(0, []);
     let mut loss_sum = 0.0;
     let mut failed = Vec::new();
     for (id, reply) in &replies {

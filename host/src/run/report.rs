@@ -61,6 +61,8 @@ pub enum RunEvent {
         bytes_from_checkpoint: u64,
         resent_chunks: u64,
         millis: f64,
+        /// State moved off leaving workers during a pause (no training layout).
+        parked: bool,
     },
     Paused {
         step: u64,
