@@ -241,6 +241,8 @@ pub enum RowKind {
     Policy,
     /// A published system modelled on the same profile.
     Peer,
+    /// A real run of `parcae-host run` (its event log carries this record).
+    Run,
 }
 
 /// How a policy behaved in the sandbox.
@@ -257,7 +259,7 @@ pub struct PolicyHealth {
 }
 
 impl PolicyHealth {
-    fn new(predictor: &FaultCounts, optimizer: &FaultCounts) -> Self {
+    pub(crate) fn new(predictor: &FaultCounts, optimizer: &FaultCounts) -> Self {
         Self {
             predictor_guest_answers: predictor.guest_answers,
             predictor_fallbacks: predictor.fallbacks,

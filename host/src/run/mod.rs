@@ -163,7 +163,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.checkpoint_every > 0, "--checkpoint-every must be at least 1");
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let spec = load_spec(args.spec.as_deref())?;
-    let profile = args.profile.load()?;
+    let (profile, prices) = args.profile.load_with_prices()?;
     for c in &profile.configs {
         parcae_cluster::Layout::new(
             &spec,
@@ -277,6 +277,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         intervals,
         time_scale: trace_interval_ms as f64 / 1000.0 / args.interval_seconds,
         global_batch: spec.global_batch as u64,
+        prices,
     });
     // The cloud plays the trace on its own clock; the host's loop reacts to it.
     let start = std::time::Instant::now();
@@ -290,7 +291,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     accept.abort();
     endpoint.close();
     if outcome.is_err() {
-        log.finish(0, None);
+        log.finish(0, None, None);
     }
 
     let json = args.json.clone().unwrap_or_else(|| run_dir.join("events.json"));

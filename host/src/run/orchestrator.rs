@@ -31,6 +31,7 @@ use super::cloud::CloudNote;
 use super::fleet::{Arrival, Fleet};
 use super::report::{RunEvent, RunLog};
 use super::timeline::TimeScale;
+use crate::bench::PolicyHealth;
 
 /// Everything the loop needs besides the fleet.
 pub struct RunSettings {
@@ -297,7 +298,8 @@ pub async fn run_job(
     {
         warn!(%error, "final checkpoint failed");
     }
-    log.finish(job.step, job.checkpoint.as_ref().map(|c| c.dir.clone()));
+    let health = PolicyHealth::new(&policy.predictor_counts(), &policy.optimizer_counts());
+    log.finish(job.step, job.checkpoint.as_ref().map(|c| c.dir.clone()), Some(health));
     Ok(())
 }
 

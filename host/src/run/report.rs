@@ -10,6 +10,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use parcae_cluster::{MigrationKind, WorkerId};
 use serde::Serialize;
 
+use crate::bench::{BenchRecord, PolicyHealth, RowKind};
+
 /// One thing that happened, as written to the event log.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
@@ -131,9 +133,9 @@ pub struct Summary {
     /// steps since the last checkpoint, all measured in this run.
     pub checkpoint_restart_estimate_seconds: f64,
     pub last_checkpoint: Option<PathBuf>,
-    /// The run in the shape of a `parcae-host bench --json` record, in trace
-    /// time, so a real run and its simulation line up field by field.
-    pub bench: Option<BenchShape>,
+    /// The run as a `parcae-host bench --json` record, in trace time, so a
+    /// real run and its simulation line up field by field.
+    pub bench: Option<BenchRecord>,
 }
 
 /// What the run was, for the bench-shaped record.
@@ -149,33 +151,7 @@ pub struct RunContext {
     /// Trace seconds per wall second.
     pub time_scale: f64,
     pub global_batch: u64,
-}
-
-/// The fields of `bench`'s JSON record a real run can fill.
-#[derive(Debug, Clone, Serialize)]
-pub struct BenchShape {
-    pub trace: String,
-    pub trace_path: String,
-    pub model: String,
-    pub policy: String,
-    pub kind: &'static str,
-    pub interval_ms: u64,
-    pub horizon: u32,
-    pub intervals: usize,
-    pub hours: f64,
-    /// Samples of the steps that stand at the end (rolled-back work excluded).
-    pub samples: f64,
-    pub lost_samples: f64,
-    pub samples_per_hour: f64,
-    pub migrations_intra_stage: f64,
-    pub migrations_inter_stage: f64,
-    pub migrations_repartition: f64,
-    pub migrations_restart: f64,
-    pub migrations_total: f64,
-    pub cold_starts: usize,
-    pub config_changes: usize,
-    pub migration_hours: f64,
-    pub instance_hours: f64,
+    pub prices: parcae_sim::Prices,
 }
 
 /// Collects events, shows progress and writes the outputs.
@@ -266,12 +242,13 @@ impl RunLog {
     }
 
     /// Closes the log: computes the summary.
-    pub fn finish(&mut self, steps: u64, last_checkpoint: Option<PathBuf>) {
+    pub fn finish(&mut self, steps: u64, last_checkpoint: Option<PathBuf>, health: Option<PolicyHealth>) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
         self.summary = summarise(&self.events, self.start.elapsed().as_secs_f64(), steps, last_checkpoint);
-        self.summary.bench = self.context.as_ref().map(|c| bench_shape(c, &self.events, &self.summary));
+        self.summary.bench =
+            self.context.as_ref().map(|c| bench_record(c, &self.events, &self.summary, health));
     }
 
     /// The event log and summary as one JSON document.
@@ -377,11 +354,12 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
     s
 }
 
-fn bench_shape(c: &RunContext, events: &[Timed], s: &Summary) -> BenchShape {
+fn bench_record(c: &RunContext, events: &[Timed], s: &Summary, health: Option<PolicyHealth>) -> BenchRecord {
     let hours = c.intervals as f64 * c.interval_ms as f64 / 3.6e6;
     let (mut alive, mut last_t, mut alive_seconds) = (0i64, 0.0, 0.0);
     let mut rolled_back = 0u64;
     let mut config_changes = 0;
+    let mut paused_intervals = 0;
     let mut last_config = None;
     for e in events {
         alive_seconds += alive.max(0) as f64 * (e.t_s - last_t);
@@ -389,7 +367,14 @@ fn bench_shape(c: &RunContext, events: &[Timed], s: &Summary) -> BenchShape {
         match &e.event {
             RunEvent::Joined { .. } => alive += 1,
             RunEvent::Killed { .. } | RunEvent::Lost { .. } => alive -= 1,
-            RunEvent::Reconfigured { rolled_back_steps, data_parallel, pipeline_stages, .. } => {
+            RunEvent::Decision { config: None, replan: false, .. } => paused_intervals += 1,
+            RunEvent::Reconfigured {
+                rolled_back_steps,
+                data_parallel,
+                pipeline_stages,
+                parked: false,
+                ..
+            } => {
                 rolled_back += rolled_back_steps;
                 let config = Some((*data_parallel, *pipeline_stages));
                 if last_config.is_some() && config != last_config {
@@ -401,16 +386,19 @@ fn bench_shape(c: &RunContext, events: &[Timed], s: &Summary) -> BenchShape {
         }
     }
     let samples = (s.steps * c.global_batch) as f64;
-    let migrations_total = (s.migrations_intra_stage
-        + s.migrations_inter_stage
-        + s.migrations_repartition
-        + s.migrations_restart) as f64;
-    BenchShape {
+    let instance_hours = alive_seconds * c.time_scale / 3600.0;
+    let usd_spot = instance_hours * c.prices.spot_usd_per_hour;
+    let usd_on_demand = instance_hours * c.prices.on_demand_usd_per_hour;
+    let per_million = |usd: f64| (samples > 0.0).then(|| usd / samples * 1e6);
+    let migrations =
+        [s.migrations_intra_stage, s.migrations_inter_stage, s.migrations_repartition, s.migrations_restart];
+    BenchRecord {
         trace: c.trace.clone(),
         trace_path: c.trace_path.clone(),
         model: c.model.clone(),
         policy: c.policy.clone(),
-        kind: "run",
+        kind: RowKind::Run,
+        policy_spec: Some(c.policy.clone()),
         interval_ms: c.interval_ms,
         horizon: c.horizon,
         intervals: c.intervals,
@@ -418,15 +406,31 @@ fn bench_shape(c: &RunContext, events: &[Timed], s: &Summary) -> BenchShape {
         samples,
         lost_samples: (rolled_back * c.global_batch) as f64,
         samples_per_hour: if hours > 0.0 { samples / hours } else { 0.0 },
+        pct_of_ideal: None,
+        pct_of_oracle: None,
         migrations_intra_stage: s.migrations_intra_stage as f64,
         migrations_inter_stage: s.migrations_inter_stage as f64,
         migrations_repartition: s.migrations_repartition as f64,
         migrations_restart: s.migrations_restart as f64,
-        migrations_total,
+        migrations_total: migrations.iter().sum::<usize>() as f64,
         cold_starts: s.cold_starts,
         config_changes,
+        paused_intervals,
         migration_hours: s.migration_seconds * c.time_scale / 3600.0,
-        instance_hours: alive_seconds * c.time_scale / 3600.0,
+        instance_hours,
+        usd_spot,
+        usd_on_demand,
+        usd_per_million_samples_spot: per_million(usd_spot),
+        usd_per_million_samples_on_demand: per_million(usd_on_demand),
+        policy_expected_samples: None,
+        predictor_guest_answers: health.as_ref().map(|h| h.predictor_guest_answers),
+        predictor_fallbacks: health.as_ref().map(|h| h.predictor_fallbacks),
+        optimizer_guest_answers: health.as_ref().map(|h| h.optimizer_guest_answers),
+        optimizer_fallbacks: health.as_ref().map(|h| h.optimizer_fallbacks),
+        policy_faults: health.as_ref().map(|h| h.faults),
+        artifact_not_profiled: None,
+        artifact_does_not_fit: None,
+        artifact_missing_intervals: None,
     }
 }
 
