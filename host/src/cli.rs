@@ -160,16 +160,8 @@ pub struct ReplayArgs {
     pub trace: Option<PathBuf>,
     #[command(flatten)]
     pub input: TraceInput,
-    /// Policy component serving every interface it exports (`.wasm` or
-    /// `builtin:NAME`; default: builtin:robust-liveput).
-    #[arg(long)]
-    pub policy: Option<String>,
-    /// Predictor component (overrides --policy's predictor).
-    #[arg(long)]
-    pub predictor: Option<String>,
-    /// Optimizer component (overrides --policy's optimizer).
-    #[arg(long)]
-    pub optimizer: Option<String>,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
     #[command(flatten)]
     pub profile: crate::cli::ProfileArgs,
     /// Intervals each forecast and plan covers.
@@ -180,6 +172,38 @@ pub struct ReplayArgs {
     pub json: Option<PathBuf>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+}
+
+/// Which policy components decide.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Policy component serving every interface it exports (`.wasm` or
+    /// `builtin:NAME`; default: builtin:robust-liveput).
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Predictor component (overrides --policy's predictor).
+    #[arg(long)]
+    pub predictor: Option<String>,
+    /// Optimizer component (overrides --policy's optimizer).
+    #[arg(long)]
+    pub optimizer: Option<String>,
+}
+
+impl PolicyArgs {
+    /// The policy argument in effect (`--policy` or the default).
+    pub fn policy_spec(&self) -> &str {
+        self.policy.as_deref().unwrap_or(DEFAULT_POLICY)
+    }
+
+    /// Loads the components into one guarded policy.
+    pub fn guarded(&self, runtime: &PolicyRuntime) -> anyhow::Result<parcae_runtime::GuardedPolicy> {
+        guarded_policy(
+            runtime,
+            Some(self.policy_spec()),
+            self.predictor.as_deref(),
+            self.optimizer.as_deref(),
+        )
+    }
 }
 
 /// Which model and cost profile to plan for.
@@ -341,9 +365,7 @@ fn replay(args: &ReplayArgs) -> anyhow::Result<()> {
     let profile = args.profile.load()?;
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let runtime = args.sandbox.runtime()?;
-    let policy_spec = args.policy.as_deref().or(Some(DEFAULT_POLICY));
-    let mut policy =
-        guarded_policy(&runtime, policy_spec, args.predictor.as_deref(), args.optimizer.as_deref())?;
+    let mut policy = args.policies.guarded(&runtime)?;
     let fleet_max = series.intervals.iter().map(|s| s.instances).max().unwrap_or(0);
     let settings = ReplaySettings { interval_ms, horizon: args.horizon, fleet_max };
 

@@ -31,7 +31,7 @@ use tracing::{info, warn};
 pub use report::{RunEvent, Summary};
 pub use timeline::{FleetEvent, TimeScale, TimedEvent, timeline};
 
-use crate::cli::{ProfileArgs, SandboxArgs};
+use crate::cli::{PolicyArgs, ProfileArgs, SandboxArgs};
 use crate::embedded::DEMO_TRACE;
 use fleet::{Arrival, Fleet, LocalLaunch};
 use orchestrator::RunSettings;
@@ -61,15 +61,8 @@ pub struct RunArgs {
     /// Trace nodes whose removal comes without notice (fault drills); repeatable.
     #[arg(long = "unannounced", value_name = "NODE")]
     pub unannounced: Vec<String>,
-    /// Policy component for every interface it exports (`.wasm` or `builtin:NAME`).
-    #[arg(long)]
-    pub policy: Option<String>,
-    /// Predictor component (overrides --policy's predictor).
-    #[arg(long)]
-    pub predictor: Option<String>,
-    /// Optimizer component (overrides --policy's optimizer).
-    #[arg(long)]
-    pub optimizer: Option<String>,
+    #[command(flatten)]
+    pub policies: PolicyArgs,
     #[command(flatten)]
     pub profile: ProfileArgs,
     /// Intervals each forecast and plan covers.
@@ -235,16 +228,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     let mut fleet = Fleet::new(launch, command_timeout / 2);
 
     let runtime = args.sandbox.runtime()?;
-    let mut policy = crate::policies::guarded_policy(
-        &runtime,
-        args.policy.as_deref().or(if args.predictor.is_none() && args.optimizer.is_none() {
-            Some(crate::embedded::DEFAULT_POLICY)
-        } else {
-            None
-        }),
-        args.predictor.as_deref(),
-        args.optimizer.as_deref(),
-    )?;
+    let mut policy = args.policies.guarded(&runtime)?;
     let settings = RunSettings {
         spec: spec.clone(),
         profile: profile.clone(),
@@ -271,7 +255,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         trace: trace.name(),
         trace_path: trace_path.clone(),
         model: profile.model.clone(),
-        policy: args.policy.clone().unwrap_or_else(|| crate::embedded::DEFAULT_POLICY.to_string()),
+        policy: args.policies.policy_spec().to_string(),
         interval_ms: trace_interval_ms,
         horizon: args.horizon,
         intervals,
@@ -304,7 +288,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         "grace_seconds": args.grace_seconds,
         "model": profile.model,
         "spec": spec,
-        "policy": args.policy.clone().unwrap_or_else(|| crate::embedded::DEFAULT_POLICY.to_string()),
+        "policy": args.policies.policy_spec(),
         "strategy": format!("{:?}", settings.strategy),
     });
     log.write_json(&json, settings_json)?;
