@@ -30,7 +30,7 @@
 //! reference), with constants from `profiles/peer-constants.json` (embedded;
 //! `--peer-constants` for another file).
 
-mod svg;
+pub(crate) mod svg;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};

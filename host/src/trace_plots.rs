@@ -12,6 +12,7 @@
 //! Hours are hours since the start of the trace: the published traces carry
 //! no wall-clock time.
 
+use crate::bench::svg::{escape, nice_step};
 use std::fmt::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -147,30 +148,6 @@ pub fn write_plots(trace: &Trace, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
         written.push(path);
     }
     Ok(written)
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-/// A "nice" tick step (1, 2 or 5 x 10^k) giving about `target` ticks over `range`.
-fn nice_step(range: f64, target: f64) -> f64 {
-    if range <= 0.0 || !range.is_finite() {
-        return 1.0;
-    }
-    let raw = range / target;
-    let magnitude = 10f64.powf(raw.log10().floor());
-    let fraction = raw / magnitude;
-    let nice = if fraction <= 1.0 {
-        1.0
-    } else if fraction <= 2.0 {
-        2.0
-    } else if fraction <= 5.0 {
-        5.0
-    } else {
-        10.0
-    };
-    nice * magnitude
 }
 
 fn number(v: f64) -> String {

@@ -50,12 +50,13 @@ fn style(index: usize, is_ideal: bool) -> Style {
     }
 }
 
-fn escape(text: &str) -> String {
+/// Text made safe inside SVG markup (shared by every hand-written plot).
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// A "nice" tick step (1, 2 or 5 x 10^k) giving about `target` ticks over `range`.
-fn nice_step(range: f64, target: f64) -> f64 {
+pub(crate) fn nice_step(range: f64, target: f64) -> f64 {
     if range <= 0.0 || !range.is_finite() {
         return 1.0;
     }
