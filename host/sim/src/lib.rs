@@ -403,11 +403,7 @@ impl<'a> Simulator<'a> {
                 p_restart,
                 p_lost_work: 0.0,
             };
-            self.next += 1;
-            self.instances_before = stats.instances;
-            self.current = to;
-            self.carried_ms = value.expected_leftover_ms;
-            return Ok(record);
+            return Ok(self.advance(record));
         }
         let dist = liveput::transition_distribution(
             self.profile,
@@ -451,11 +447,17 @@ impl<'a> Simulator<'a> {
             p_restart: expected.p_restart,
             p_lost_work: expected.p_lost_work,
         };
+        Ok(self.advance(record))
+    }
+
+    /// Moves the simulator past the interval `record` describes (both cost
+    /// models end an interval the same way).
+    fn advance(&mut self, record: IntervalRecord) -> IntervalRecord {
         self.next += 1;
-        self.instances_before = stats.instances;
-        self.current = to;
-        self.carried_ms = value.expected_leftover_ms;
-        Ok(record)
+        self.instances_before = record.instances;
+        self.current = record.config;
+        self.carried_ms = record.leftover_ms;
+        record
     }
 }
 
