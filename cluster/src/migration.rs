@@ -46,33 +46,12 @@ pub struct Transfer {
     pub bytes: u64,
 }
 
-/// The coarsest thing a reconfiguration does, in the cost model's terms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MigrationKind {
-    /// Every slot's worker already holds its layers.
-    None,
-    /// New replicas of unchanged stages copy state from a surviving replica.
-    IntraStage,
-    /// Surviving workers take over other stages of the same partition.
-    InterStage,
-    /// The layer ranges of the stages change (a different P).
-    Repartition,
-    /// Some layer lost every holder: everyone reloads the last checkpoint.
-    Restart,
-}
-
-impl MigrationKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MigrationKind::None => "none",
-            MigrationKind::IntraStage => "intra-stage",
-            MigrationKind::InterStage => "inter-stage",
-            MigrationKind::Repartition => "repartition",
-            MigrationKind::Restart => "restart",
-        }
-    }
-}
+/// The coarsest thing a reconfiguration does, in the cost model's own terms
+/// (the same type `bench` counts): none (same layout, nothing moves),
+/// intra-stage (every stage keeps enough holders: regroup only), inter-stage
+/// (some stage is short of holders: its state is copied to new ones),
+/// repartition (the stage boundaries change), restart (a layer lost every holder).
+pub use parcae_policy_core::liveput::MigrationKind;
 
 /// How workers are matched to slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,12 +103,11 @@ fn overlap_bytes(layer_bytes: &[u64], a: &Range<usize>, b: &Range<usize>) -> u64
 }
 
 /// Plans the move from `holdings` (every available worker, survivors and
-/// newcomers alike) to `target`. `previous_stages` is the partition the job ran
-/// before (None at the very start), used to tell a repartition from an
-/// inter-stage move.
+/// newcomers alike) to `target`. `previous` is the layout the job ran before
+/// (None at the start or after a pause), used to classify the move.
 pub fn plan_migration(
     layer_bytes: &[u64],
-    previous_stages: Option<&[Range<usize>]>,
+    previous: Option<&Layout>,
     holdings: &[Holding],
     target: &Layout,
     strategy: Strategy,
@@ -215,17 +193,16 @@ pub fn plan_migration(
         }
     }
 
-    let moved_stage = assignment.iter().zip(&columns).any(|(&(slot, _), &col)| {
-        let held = &holdings[col].layers;
-        !held.is_empty() && *held != target.layers(slot)
-    });
+    // The cost model's rules (liveput.rs): restart when state is lost,
+    // repartition when the boundaries move, inter-stage when some stage must be
+    // copied to new holders, intra-stage when the holders only regroup.
     let kind = if lost {
         MigrationKind::Restart
-    } else if previous_stages.is_some_and(|prev| prev != target.stages.as_slice()) {
+    } else if previous.is_some_and(|prev| prev.stages != target.stages) {
         MigrationKind::Repartition
-    } else if moved_stage {
-        MigrationKind::InterStage
     } else if !transfers.is_empty() {
+        MigrationKind::InterStage
+    } else if previous != Some(target) {
         MigrationKind::IntraStage
     } else {
         MigrationKind::None
@@ -254,8 +231,7 @@ mod tests {
     fn unchanged_fleet_moves_nothing() {
         let target = layout(2, vec![0..2, 2..4]);
         let holdings = [h(1, 0..2), h(2, 2..4), h(3, 0..2), h(4, 2..4)];
-        let plan =
-            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
         assert_eq!(plan.kind, MigrationKind::None);
         assert!(plan.transfers.is_empty());
         assert_eq!(plan.bytes_moved, 0);
@@ -266,9 +242,8 @@ mod tests {
         let target = layout(2, vec![0..2, 2..4]);
         // Worker 4 (stage 1 of replica 1) died; worker 5 joined.
         let holdings = [h(1, 0..2), h(2, 2..4), h(3, 0..2), h(5, 0..0)];
-        let plan =
-            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
-        assert_eq!(plan.kind, MigrationKind::IntraStage);
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::InterStage);
         assert_eq!(plan.bytes_moved, 20);
         assert!(plan.transfers.iter().all(|t| t.to == 5 && t.from == Source::Worker(2)));
     }
@@ -278,18 +253,17 @@ mod tests {
         let target = layout(2, vec![0..2, 2..4]);
         // Listed so that slot order disagrees with what each worker holds.
         let holdings = [h(1, 2..4), h(2, 0..2), h(3, 2..4), h(4, 0..2)];
-        let km =
-            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
-        let naive =
-            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::Naive).unwrap();
+        let km = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let naive = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::Naive).unwrap();
         assert_eq!(km.bytes_moved, 0);
+        assert_eq!(km.kind, MigrationKind::None);
         assert_eq!(naive.bytes_moved, 80);
         assert_eq!(naive.kind, MigrationKind::InterStage);
     }
 
     #[test]
     fn shrinking_the_pipeline_is_a_repartition_that_reuses_overlaps() {
-        let old = vec![0..1, 1..2, 2..3, 3..4];
+        let old = layout(1, vec![0..1, 1..2, 2..3, 3..4]);
         let target = layout(1, vec![0..2, 2..4]);
         let holdings = [h(1, 0..1), h(2, 1..2), h(3, 2..3), h(4, 3..4)];
         let plan = plan_migration(&BYTES, Some(&old), &holdings, &target, Strategy::KuhnMunkres).unwrap();
@@ -302,8 +276,7 @@ mod tests {
     fn losing_every_holder_of_a_layer_restarts_from_the_checkpoint() {
         let target = layout(1, vec![0..2, 2..4]);
         let holdings = [h(1, 0..2), h(7, 0..0)];
-        let plan =
-            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
         assert_eq!(plan.kind, MigrationKind::Restart);
         assert_eq!(plan.bytes_from_checkpoint, 40);
         assert_eq!(plan.bytes_moved, 0);
@@ -314,13 +287,23 @@ mod tests {
         let target = layout(1, vec![0..2, 2..4]);
         let leaving = Holding { worker: 2, layers: 2..4, leaving: true };
         let holdings = [h(1, 0..2), leaving, h(3, 0..0)];
-        let plan =
-            plan_migration(&BYTES, Some(&target.stages), &holdings, &target, Strategy::KuhnMunkres).unwrap();
-        assert_eq!(plan.kind, MigrationKind::IntraStage);
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::InterStage);
         assert_eq!(plan.slot_of(2), None);
         assert_eq!(plan.slot_of(3), Some(Slot { replica: 0, stage: 1 }));
         assert!(plan.transfers.iter().all(|t| t.from == Source::Worker(2) && t.to == 3));
         assert!(plan.idle.is_empty());
+    }
+
+    #[test]
+    fn losing_a_replica_with_enough_holders_left_only_regroups() {
+        let before = layout(3, vec![0..2, 2..4]);
+        let target = layout(2, vec![0..2, 2..4]);
+        // Replica 1 (workers 3 and 4) is gone; every stage keeps two holders.
+        let holdings = [h(1, 0..2), h(2, 2..4), h(5, 0..2), h(6, 2..4)];
+        let plan = plan_migration(&BYTES, Some(&before), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::IntraStage);
+        assert!(plan.transfers.is_empty());
     }
 
     #[test]

@@ -114,8 +114,7 @@ fn replay_strategy(
             .iter()
             .map(|(&worker, layers)| Holding { worker, layers: layers.clone(), leaving: false })
             .collect();
-        let previous = current.as_ref().map(|l| l.stages.clone());
-        let plan = match plan_migration(layer_bytes, previous.as_deref(), &list, &target, strategy) {
+        let plan = match plan_migration(layer_bytes, current.as_ref(), &list, &target, strategy) {
             Ok(plan) => plan,
             // The policy never plans beyond the fleet; if the trace disagrees, skip the interval.
             Err(parcae_cluster::migration::MigrationError::TooFewWorkers { .. }) => continue,

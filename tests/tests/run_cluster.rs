@@ -54,11 +54,12 @@ fn test_profile(dir: &Path) -> PathBuf {
     path
 }
 
-/// Workers 1-4 start as (2,2) in slot order, so n2/n4 hold stage 1; n5/n6
-/// join as a third replica (intra-stage); losing n4 and n6 with notice leaves
-/// three stage-0 holders and one stage-1 holder for (2,2) (inter-stage); losing
-/// n2 leaves three workers for (1,3) (repartition); killing n1 without notice
-/// loses a stage outright (restart from the checkpoint); n7/n8 join for (2,2).
+/// Workers 1-4 start as (2,2) in slot order (n1, n3 hold stage 0; n2, n4 stage 1).
+/// n5/n6 join as a third replica whose state is copied (inter-stage); losing
+/// replica 1 (n3, n4) with notice leaves two holders of each stage for (2,2),
+/// which only regroup (intra-stage); losing n2 leaves three workers for (1,3)
+/// (repartition); killing n1 without notice loses a stage outright (restart
+/// from the checkpoint); n7/n8 join for (2,2).
 const TRACE: &str = "t_ms,op,node
 0,add,n1
 0,add,n2
@@ -66,8 +67,8 @@ const TRACE: &str = "t_ms,op,node
 0,add,n4
 60000,add,n5
 60000,add,n6
+120000,remove,n3
 120000,remove,n4
-120000,remove,n6
 180000,remove,n2
 240000,remove,n1
 300000,add,n7

@@ -416,8 +416,7 @@ async fn reconfigure(
             leaving: !staying.contains(&id),
         })
         .collect();
-    let previous = job.layout.as_ref().map(|l| l.stages.clone());
-    let plan = plan_migration(layer_bytes, previous.as_deref(), &holdings, &target, settings.strategy)
+    let plan = plan_migration(layer_bytes, job.layout.as_ref(), &holdings, &target, settings.strategy)
         .map_err(|e: MigrationError| anyhow::anyhow!(e))?;
     let started = Instant::now();
     let step = if plan.kind == MigrationKind::Restart {

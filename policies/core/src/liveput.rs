@@ -163,8 +163,11 @@ use crate::{ModelProfile, ParallelConfig, TransferPoint};
 /// memory, so this bounds one call to milliseconds.
 pub const MAX_INSTANCES: u32 = 8192;
 
-/// How a job gets from one layout to the next (DESIGN.md section 4).
+/// How a job gets from one layout to the next (DESIGN.md section 4). The cost
+/// model and the real runtime's migration planner (`parcae-cluster`) share this
+/// type, so a run's counts and a simulation's mean the same thing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "kebab-case"))]
 pub enum MigrationKind {
     /// Nothing to do: same layout, no stage lost a replica (also: a pause).
     None,
