@@ -1,0 +1,839 @@
+//! `parcae-host provision`: how many instances of which type to request, at
+//! spot or on-demand prices, to meet a goal at the least expected cost, in
+//! the spirit of spotDNN's cost-minimising provisioning.
+//!
+//! Each offer is an instance type with an availability trace of its spot
+//! market and its prices (by default those of its profile). Requesting `n`
+//! spot instances is modelled as receiving `min(N(t), n)` of them, where
+//! `N(t)` is what the market gave in the trace; `n` on-demand instances are
+//! always there.
+//!
+//! **Prediction** (cheap, from the trace's statistics and the cost model): the
+//! mean over the trace of the fastest profiled layout's throughput at
+//! `min(N(t), n)` instances, reduced by the time the capped fleet's changes
+//! cost: per preempted instance, the cost model's expected migration from the
+//! best layout at the mean fleet to the best one with one instance fewer
+//! (lost work included), and per interval with arrivals, the migration back up.
+//! The cost per hour is the mean fleet times the price. For a goal of `S`
+//! samples by a deadline, the completion time is `S / throughput` and the
+//! cost is the hourly cost until then; for a throughput floor, the hourly cost.
+//! The cheapest candidate that meets the goal is recommended.
+//!
+//! **Simulation** (the check): the recommended candidates are run through the
+//! control loop with a policy (default `builtin:robust-liveput`) on the capped
+//! trace (or a constant on-demand fleet) and scored by the liveput simulator;
+//! completion time and cost are read off the cumulative samples (extrapolated
+//! at the run's average rate when the trace ends first).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use comfy_table::{CellAlignment, Table, presets};
+use parcae_policy_core::liveput;
+use parcae_policy_core::reactive::best_config_for;
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use parcae_runtime::GuardedPolicy;
+use parcae_sim::Prices;
+use serde::Serialize;
+
+use crate::cli::{ProfileArgs, SandboxArgs, TraceInput};
+use crate::commands::replay::ReplaySettings;
+use crate::embedded::DEFAULT_POLICY;
+use crate::policies::load_policy;
+
+/// Arguments of `parcae-host provision`.
+#[derive(Debug, Args)]
+pub struct ProvisionArgs {
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// An instance type to consider: `NAME=TRACE[,spot=USD][,on-demand=USD][,profile=FILE]`
+    /// (trace of its spot availability; prices per instance-hour, default
+    /// the profile's; its own profile, default --profile). Repeatable.
+    #[arg(long = "offer", required = true, value_name = "NAME=TRACE[,KEY=VALUE]...")]
+    pub offers: Vec<String>,
+    #[command(flatten)]
+    pub input: TraceInput,
+    /// Goal: train this many samples ...
+    #[arg(long, requires = "deadline_hours", conflicts_with = "min_samples_per_hour")]
+    pub samples: Option<f64>,
+    /// ... within this many hours.
+    #[arg(long, requires = "samples")]
+    pub deadline_hours: Option<f64>,
+    /// Goal: sustain at least this many samples per hour.
+    #[arg(long)]
+    pub min_samples_per_hour: Option<f64>,
+    /// Most instances of one type to request (default: the trace's peak).
+    #[arg(long)]
+    pub max_instances: Option<u32>,
+    /// Consider spot instances only.
+    #[arg(long)]
+    pub spot_only: bool,
+    /// Policy that runs the simulated check (`.wasm` or `builtin:NAME`).
+    #[arg(long, default_value = DEFAULT_POLICY)]
+    pub policy: String,
+    /// Plan horizon of the policy (intervals).
+    #[arg(long, default_value_t = 8)]
+    pub horizon: u32,
+    /// How many of the cheapest candidates meeting the goal to simulate.
+    #[arg(long, default_value_t = 3)]
+    pub simulate: usize,
+    /// Write the candidates and the simulated outcomes as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// One `--offer`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    pub name: String,
+    pub trace: PathBuf,
+    pub spot_usd_per_hour: Option<f64>,
+    pub on_demand_usd_per_hour: Option<f64>,
+    pub profile: Option<PathBuf>,
+}
+
+/// Parses `NAME=TRACE[,spot=USD][,on-demand=USD][,profile=FILE]`.
+pub fn parse_offer(text: &str) -> Result<Offer, String> {
+    let (name, rest) =
+        text.split_once('=').ok_or_else(|| format!("`{text}`: expected NAME=TRACE[,KEY=VALUE...]"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("`{text}`: the instance type name is empty"));
+    }
+    let mut parts = rest.split(',');
+    let trace =
+        parts.next().map(str::trim).filter(|t| !t.is_empty()).ok_or_else(|| format!("`{text}`: no trace"))?;
+    let mut offer = Offer {
+        name: name.to_string(),
+        trace: PathBuf::from(trace),
+        spot_usd_per_hour: None,
+        on_demand_usd_per_hour: None,
+        profile: None,
+    };
+    for part in parts {
+        let (key, value) =
+            part.split_once('=').ok_or_else(|| format!("`{text}`: `{part}` is not KEY=VALUE"))?;
+        let price = |v: &str| -> Result<f64, String> {
+            v.trim().parse::<f64>().ok().filter(|p| p.is_finite() && *p >= 0.0).ok_or_else(|| {
+                format!("`{text}`: {key}: `{v}` is not a price in USD per hour (a number >= 0)")
+            })
+        };
+        match key.trim() {
+            "spot" => offer.spot_usd_per_hour = Some(price(value)?),
+            "on-demand" => offer.on_demand_usd_per_hour = Some(price(value)?),
+            "profile" => offer.profile = Some(PathBuf::from(value.trim())),
+            other => {
+                return Err(format!("`{text}`: unknown key `{other}` (expected spot, on-demand, profile)"));
+            }
+        }
+    }
+    Ok(offer)
+}
+
+/// What the user wants.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum Goal {
+    /// `samples` samples within `deadline_hours`.
+    Samples { samples: f64, deadline_hours: f64 },
+    /// At least `samples_per_hour`.
+    Throughput { samples_per_hour: f64 },
+}
+
+/// Spot or on-demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Market {
+    Spot,
+    OnDemand,
+}
+
+impl Market {
+    fn as_str(self) -> &'static str {
+        match self {
+            Market::Spot => "spot",
+            Market::OnDemand => "on-demand",
+        }
+    }
+}
+
+/// The statistics of one offer's spot market that the prediction uses.
+#[derive(Debug, Clone)]
+pub struct MarketTrace {
+    /// The per-interval series of the trace.
+    pub series: Vec<IntervalStats>,
+    pub interval_ms: u64,
+}
+
+impl MarketTrace {
+    /// Most instances the market gave at once.
+    pub fn peak(&self) -> u32 {
+        self.series.iter().map(|s| s.instances).max().unwrap_or(0)
+    }
+
+    fn hours(&self) -> f64 {
+        self.series.len() as f64 * self.interval_ms as f64 / 3_600_000.0
+    }
+
+    /// The series of a request for `n` instances: the market's count capped at `n`.
+    pub fn capped(&self, n: u32) -> Vec<IntervalStats> {
+        let counts: Vec<u32> = self.series.iter().map(|s| s.instances.min(n)).collect();
+        IntervalStats::chain_from(0, &counts)
+    }
+
+    /// A constant fleet of `n` as long as the trace.
+    pub fn constant(&self, n: u32) -> Vec<IntervalStats> {
+        IntervalStats::chain_from(0, &vec![n; self.series.len()])
+    }
+}
+
+/// One candidate's predicted outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prediction {
+    pub offer: String,
+    pub market: Market,
+    /// Instances requested.
+    pub requested: u32,
+    /// Mean instances received.
+    pub mean_instances: f64,
+    /// Fraction of the ideal throughput lost to reconfigurations.
+    pub overhead: f64,
+    pub samples_per_hour: f64,
+    pub usd_per_hour: f64,
+    pub usd_per_million_samples: Option<f64>,
+    /// For a samples goal: hours to train them (`None`: never).
+    pub completion_hours: Option<f64>,
+    /// For a samples goal: cost until completion; for a throughput goal: cost per hour.
+    pub usd: Option<f64>,
+    pub meets_goal: bool,
+}
+
+/// Expected time a capped fleet's changes cost, ms per hour of training, and
+/// the mean fleet.
+fn change_cost_ms_per_hour(profile: &ModelProfile, series: &[IntervalStats], hours: f64) -> (f64, f64) {
+    if series.is_empty() || hours <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let mean = series.iter().map(|s| f64::from(s.instances)).sum::<f64>() / series.len() as f64;
+    let preempted: u64 = series.iter().map(|s| u64::from(s.preemptions)).sum();
+    // The first interval's arrivals are the start, not a change.
+    let arrival_events = series.iter().skip(1).filter(|s| s.arrivals > 0).count() as f64;
+    let n = (mean.round() as u32).max(1);
+    let down = match (best_config_for(profile, n), best_config_for(profile, n - 1)) {
+        (Some(from), to) => {
+            liveput::expected_transition(profile, Some(from.config), n, 1, 0, to.map(|c| c.config))
+                .map_or(0.0, |e| e.mean_duration_ms + e.p_lost_work * liveput::lost_work_ms(profile))
+        }
+        _ => 0.0,
+    };
+    let up = match (best_config_for(profile, n - 1), best_config_for(profile, n)) {
+        (Some(from), Some(to)) => {
+            liveput::expected_transition(profile, Some(from.config), n - 1, 0, 1, Some(to.config))
+                .map_or(0.0, |e| e.mean_duration_ms)
+        }
+        _ => 0.0,
+    };
+    ((preempted as f64 * down + arrival_events * up) / hours, mean)
+}
+
+/// Predicts one candidate.
+pub fn predict(
+    profile: &ModelProfile,
+    offer: &str,
+    market_trace: &MarketTrace,
+    market: Market,
+    requested: u32,
+    prices: Prices,
+    goal: Goal,
+) -> Prediction {
+    let series = match market {
+        Market::Spot => market_trace.capped(requested),
+        Market::OnDemand => market_trace.constant(requested),
+    };
+    let hours = market_trace.hours();
+    let ideal = if series.is_empty() {
+        0.0
+    } else {
+        series
+            .iter()
+            .map(|s| best_config_for(profile, s.instances).map_or(0.0, |c| c.samples_per_second))
+            .sum::<f64>()
+            / series.len() as f64
+    };
+    let (lost_ms_per_hour, mean) = match market {
+        Market::Spot => change_cost_ms_per_hour(profile, &series, hours),
+        Market::OnDemand => (0.0, f64::from(requested)),
+    };
+    let overhead = (lost_ms_per_hour / 3_600_000.0).clamp(0.0, 1.0);
+    let samples_per_hour = ideal * 3600.0 * (1.0 - overhead);
+    let price = match market {
+        Market::Spot => prices.spot_usd_per_hour,
+        Market::OnDemand => prices.on_demand_usd_per_hour,
+    };
+    let usd_per_hour = mean * price;
+    let per_million = (samples_per_hour > 0.0).then(|| usd_per_hour / samples_per_hour * 1e6);
+    let (completion_hours, usd, meets_goal) = match goal {
+        Goal::Samples { samples, deadline_hours } => {
+            let completion = (samples_per_hour > 0.0).then(|| samples / samples_per_hour);
+            let met = completion.is_some_and(|c| c <= deadline_hours);
+            (completion, completion.map(|c| c * usd_per_hour), met)
+        }
+        Goal::Throughput { samples_per_hour: floor } => (None, Some(usd_per_hour), samples_per_hour >= floor),
+    };
+    Prediction {
+        offer: offer.to_string(),
+        market,
+        requested,
+        mean_instances: mean,
+        overhead,
+        samples_per_hour,
+        usd_per_hour,
+        usd_per_million_samples: per_million,
+        completion_hours,
+        usd,
+        meets_goal,
+    }
+}
+
+/// Candidates meeting the goal, cheapest first (then fastest), followed by the
+/// others, fastest first.
+pub fn rank(mut candidates: Vec<Prediction>) -> Vec<Prediction> {
+    candidates.sort_by(|a, b| {
+        b.meets_goal.cmp(&a.meets_goal).then_with(|| {
+            if a.meets_goal {
+                let cost = |p: &Prediction| p.usd.unwrap_or(f64::INFINITY);
+                cost(a).total_cmp(&cost(b)).then_with(|| b.samples_per_hour.total_cmp(&a.samples_per_hour))
+            } else {
+                b.samples_per_hour.total_cmp(&a.samples_per_hour)
+            }
+        })
+    });
+    candidates
+}
+
+/// A candidate run through the control loop and the simulator.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Simulated {
+    pub offer: String,
+    pub market: Market,
+    pub requested: u32,
+    /// Hours of trace simulated.
+    pub hours: f64,
+    pub samples: f64,
+    pub samples_per_hour: f64,
+    pub usd_per_hour: f64,
+    pub usd_per_million_samples: Option<f64>,
+    /// For a samples goal: hours to train them (`None`: no progress).
+    pub completion_hours: Option<f64>,
+    /// Whether the completion time is extrapolated beyond the trace.
+    pub extrapolated: bool,
+    /// For a samples goal: cost until completion; for a throughput goal: cost per hour.
+    pub usd: Option<f64>,
+    pub meets_goal: bool,
+}
+
+/// Completion time and cost of `goal` read off a simulated run.
+fn outcome(
+    result: &parcae_sim::SimResult,
+    interval_ms: u64,
+    price: f64,
+    goal: Goal,
+) -> (Option<f64>, bool, Option<f64>) {
+    let t = &result.totals;
+    let rate_usd = if t.hours > 0.0 { t.instance_hours * price / t.hours } else { 0.0 };
+    match goal {
+        Goal::Throughput { .. } => (None, false, Some(rate_usd)),
+        Goal::Samples { samples, .. } => {
+            let interval_h = interval_ms as f64 / 3_600_000.0;
+            let mut cumulative = 0.0;
+            let mut paid_h = 0.0;
+            for r in &result.intervals {
+                let next = cumulative + r.samples;
+                if next >= samples && r.samples > 0.0 {
+                    let frac = ((samples - cumulative) / r.samples).clamp(0.0, 1.0);
+                    let hours = (r.interval as f64 + frac) * interval_h;
+                    let usd = (paid_h + f64::from(r.instances) * interval_h * frac) * price;
+                    return (Some(hours), false, Some(usd));
+                }
+                cumulative = next;
+                paid_h += f64::from(r.instances) * interval_h;
+            }
+            if t.samples_per_hour > 0.0 {
+                let hours = samples / t.samples_per_hour;
+                (Some(hours), true, Some(hours * rate_usd))
+            } else {
+                (None, false, None)
+            }
+        }
+    }
+}
+
+/// Runs `series` through the policy and scores it.
+fn simulate_candidate(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    prices: Prices,
+    policy: &mut GuardedPolicy,
+    horizon: u32,
+) -> anyhow::Result<parcae_sim::SimResult> {
+    let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
+    let settings = ReplaySettings { interval_ms, horizon, fleet_max };
+    let decisions = crate::commands::replay::replay(series, profile, policy, &settings, |_| {});
+    let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
+    Ok(parcae_sim::simulate(profile, series, interval_ms, &configs, prices)?)
+}
+
+/// Everything `provision` found, for `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub goal: Goal,
+    pub model: String,
+    pub policy: String,
+    pub candidates: Vec<Prediction>,
+    pub simulated: Vec<Simulated>,
+}
+
+struct LoadedOffer {
+    offer: Offer,
+    profile: ModelProfile,
+    prices: Prices,
+    market: MarketTrace,
+}
+
+fn goal(args: &ProvisionArgs) -> anyhow::Result<Goal> {
+    match (args.samples, args.deadline_hours, args.min_samples_per_hour) {
+        (Some(samples), Some(deadline_hours), None) => {
+            anyhow::ensure!(samples > 0.0 && samples.is_finite(), "--samples must be a number > 0");
+            anyhow::ensure!(
+                deadline_hours > 0.0 && deadline_hours.is_finite(),
+                "--deadline-hours must be a number > 0"
+            );
+            Ok(Goal::Samples { samples, deadline_hours })
+        }
+        (None, None, Some(floor)) => {
+            anyhow::ensure!(floor > 0.0 && floor.is_finite(), "--min-samples-per-hour must be a number > 0");
+            Ok(Goal::Throughput { samples_per_hour: floor })
+        }
+        _ => bail!("give a goal: --samples N --deadline-hours H, or --min-samples-per-hour X"),
+    }
+}
+
+fn fmt_opt(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.decimals$}"))
+}
+
+fn right_align(table: &mut Table, from: usize, to: usize) {
+    for column in from..to {
+        if let Some(c) = table.column_mut(column) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+}
+
+/// `parcae-host provision`.
+pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
+    let goal = goal(args)?;
+    let interval_ms = args.input.interval_ms()?;
+    anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
+    let mut loaded = Vec::new();
+    for text in &args.offers {
+        let offer = parse_offer(text).map_err(|e| anyhow::anyhow!("--offer {e}"))?;
+        anyhow::ensure!(
+            loaded.iter().all(|l: &LoadedOffer| l.offer.name != offer.name),
+            "--offer {}: the name is given twice",
+            offer.name
+        );
+        let profile_args = ProfileArgs {
+            profile: offer.profile.clone().or_else(|| args.profile.profile.clone()),
+            model: args.profile.model.clone(),
+            cost_constants: args.profile.cost_constants.clone(),
+        };
+        let (profile, mut prices) = profile_args
+            .load_with_prices()
+            .with_context(|| format!("--offer {}: loading its profile", offer.name))?;
+        if let Some(p) = offer.spot_usd_per_hour {
+            prices.spot_usd_per_hour = p;
+        }
+        if let Some(p) = offer.on_demand_usd_per_hour {
+            prices.on_demand_usd_per_hour = p;
+        }
+        let trace = args.input.load(&offer.trace).with_context(|| format!("--offer {}", offer.name))?;
+        let series = trace.series(interval_ms)?;
+        anyhow::ensure!(
+            !series.is_empty(),
+            "--offer {}: {}: the trace is empty",
+            offer.name,
+            offer.trace.display()
+        );
+        let market = MarketTrace { series: series.intervals, interval_ms };
+        loaded.push(LoadedOffer { offer, profile, prices, market });
+    }
+    let model = loaded.first().map(|l| l.profile.model.clone()).unwrap_or_default();
+
+    let mut candidates = Vec::new();
+    for l in &loaded {
+        let peak = l.market.peak();
+        let most = args.max_instances.unwrap_or(peak).max(1);
+        for n in 1..=most.min(peak) {
+            if best_config_for(&l.profile, n).is_some() {
+                candidates.push(predict(
+                    &l.profile,
+                    &l.offer.name,
+                    &l.market,
+                    Market::Spot,
+                    n,
+                    l.prices,
+                    goal,
+                ));
+            }
+        }
+        if !args.spot_only {
+            for n in 1..=most {
+                if best_config_for(&l.profile, n).is_some() {
+                    candidates.push(predict(
+                        &l.profile,
+                        &l.offer.name,
+                        &l.market,
+                        Market::OnDemand,
+                        n,
+                        l.prices,
+                        goal,
+                    ));
+                }
+            }
+        }
+    }
+    anyhow::ensure!(
+        !candidates.is_empty(),
+        "no candidate: no profiled layout fits any fleet the offers allow"
+    );
+    let candidates = rank(candidates);
+
+    println!("{}", describe_goal(goal, &model));
+    let mut table = Table::new();
+    table.load_preset(presets::ASCII_MARKDOWN);
+    table.set_header(vec![
+        "rank",
+        "offer",
+        "market",
+        "request",
+        "mean alive",
+        "overhead",
+        "samples/h",
+        "$/h",
+        "$/M samples",
+        "hours",
+        "$",
+        "meets goal",
+    ]);
+    for (i, c) in candidates.iter().take(10).enumerate() {
+        table.add_row(vec![
+            (i + 1).to_string(),
+            c.offer.clone(),
+            c.market.as_str().to_string(),
+            c.requested.to_string(),
+            format!("{:.1}", c.mean_instances),
+            format!("{:.1}%", 100.0 * c.overhead),
+            format!("{:.0}", c.samples_per_hour),
+            format!("{:.2}", c.usd_per_hour),
+            fmt_opt(c.usd_per_million_samples, 2),
+            fmt_opt(c.completion_hours, 2),
+            fmt_opt(c.usd, 2),
+            if c.meets_goal { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    right_align(&mut table, 3, 11);
+    println!(
+        "Predicted from the traces' statistics and the cost model ({} candidates, best 10):\n\n{table}\n",
+        candidates.len()
+    );
+
+    let runtime = args.sandbox.runtime()?;
+    let component =
+        load_policy(&runtime, &args.policy).with_context(|| format!("loading policy {}", args.policy))?;
+    let mut simulated = Vec::new();
+    let chosen: Vec<&Prediction> = candidates.iter().filter(|c| c.meets_goal).take(args.simulate).collect();
+    let chosen =
+        if chosen.is_empty() { candidates.iter().take(args.simulate.min(1)).collect() } else { chosen };
+    for c in chosen {
+        let Some(l) = loaded.iter().find(|l| l.offer.name == c.offer) else { continue };
+        let series = match c.market {
+            Market::Spot => l.market.capped(c.requested),
+            Market::OnDemand => l.market.constant(c.requested),
+        };
+        let price = match c.market {
+            Market::Spot => l.prices.spot_usd_per_hour,
+            Market::OnDemand => l.prices.on_demand_usd_per_hour,
+        };
+        let exports = component.exports();
+        let mut policy = GuardedPolicy::new(
+            exports.predictor.then(|| component.clone()),
+            exports.optimizer.then(|| component.clone()),
+        );
+        let result =
+            simulate_candidate(&l.profile, &series, interval_ms, l.prices, &mut policy, args.horizon)
+                .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
+        let t = &result.totals;
+        let usd_per_hour = if t.hours > 0.0 { t.instance_hours * price / t.hours } else { 0.0 };
+        let (completion_hours, extrapolated, usd) = outcome(&result, interval_ms, price, goal);
+        let meets_goal = match goal {
+            Goal::Samples { deadline_hours, .. } => completion_hours.is_some_and(|h| h <= deadline_hours),
+            Goal::Throughput { samples_per_hour } => t.samples_per_hour >= samples_per_hour,
+        };
+        simulated.push(Simulated {
+            offer: c.offer.clone(),
+            market: c.market,
+            requested: c.requested,
+            hours: t.hours,
+            samples: t.samples,
+            samples_per_hour: t.samples_per_hour,
+            usd_per_hour,
+            usd_per_million_samples: (t.samples > 0.0).then(|| usd_per_hour * t.hours / t.samples * 1e6),
+            completion_hours,
+            extrapolated,
+            usd,
+            meets_goal,
+        });
+    }
+
+    let mut table = Table::new();
+    table.load_preset(presets::ASCII_MARKDOWN);
+    table.set_header(vec!["candidate", "", "samples/h", "$/h", "$/M samples", "hours", "$", "meets goal"]);
+    for s in &simulated {
+        let Some(p) = candidates
+            .iter()
+            .find(|c| c.offer == s.offer && c.market == s.market && c.requested == s.requested)
+        else {
+            continue;
+        };
+        let name = format!("{} x {} ({})", s.requested, s.offer, s.market.as_str());
+        table.add_row(vec![
+            name.clone(),
+            "predicted".to_string(),
+            format!("{:.0}", p.samples_per_hour),
+            format!("{:.2}", p.usd_per_hour),
+            fmt_opt(p.usd_per_million_samples, 2),
+            fmt_opt(p.completion_hours, 2),
+            fmt_opt(p.usd, 2),
+            if p.meets_goal { "yes" } else { "no" }.to_string(),
+        ]);
+        table.add_row(vec![
+            String::new(),
+            format!("simulated ({:.1} h)", s.hours),
+            format!("{:.0}", s.samples_per_hour),
+            format!("{:.2}", s.usd_per_hour),
+            fmt_opt(s.usd_per_million_samples, 2),
+            format!("{}{}", fmt_opt(s.completion_hours, 2), if s.extrapolated { "*" } else { "" }),
+            fmt_opt(s.usd, 2),
+            if s.meets_goal { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    right_align(&mut table, 2, 7);
+    println!(
+        "Predicted vs simulated ({} through the control loop, liveput simulator; * = extrapolated at the \
+         run's average rate beyond the trace):\n\n{table}\n",
+        args.policy
+    );
+    match (candidates.first(), simulated.first()) {
+        (Some(best), Some(sim)) if best.meets_goal => println!(
+            "recommendation: request {} x {} at {} prices: predicted {}, simulated {}",
+            best.requested,
+            best.offer,
+            best.market.as_str(),
+            summary(goal, best.completion_hours, best.usd, best.samples_per_hour),
+            summary(goal, sim.completion_hours, sim.usd, sim.samples_per_hour),
+        ),
+        (Some(best), _) => println!(
+            "no candidate meets the goal; the fastest is {} x {} ({}) at {:.0} samples/h",
+            best.requested,
+            best.offer,
+            best.market.as_str(),
+            best.samples_per_hour
+        ),
+        _ => {}
+    }
+    if let Some(path) = &args.json {
+        let report = Report { goal, model, policy: args.policy.clone(), candidates, simulated };
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("report written to {}", path.display());
+    }
+    Ok(())
+}
+
+fn describe_goal(goal: Goal, model: &str) -> String {
+    match goal {
+        Goal::Samples { samples, deadline_hours } => {
+            format!(
+                "goal: {samples:.0} samples of {model} within {deadline_hours} h, at the least expected cost"
+            )
+        }
+        Goal::Throughput { samples_per_hour } => {
+            format!("goal: at least {samples_per_hour:.0} samples/h of {model}, at the least cost per hour")
+        }
+    }
+}
+
+fn summary(goal: Goal, hours: Option<f64>, usd: Option<f64>, samples_per_hour: f64) -> String {
+    match goal {
+        Goal::Samples { .. } => format!("{} h for ${}", fmt_opt(hours, 2), fmt_opt(usd, 2)),
+        Goal::Throughput { .. } => format!("{samples_per_hour:.0} samples/h for ${}/h", fmt_opt(usd, 2)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parcae_policy_core::{ConfigProfile, StagePartition};
+
+    #[test]
+    fn offers_parse_and_errors_name_the_problem() {
+        let o = parse_offer("p3=traces/a.csv,spot=0.9,on-demand=3.06,profile=p.json").unwrap();
+        assert_eq!(o.name, "p3");
+        assert_eq!(o.trace, PathBuf::from("traces/a.csv"));
+        assert_eq!(o.spot_usd_per_hour, Some(0.9));
+        assert_eq!(o.on_demand_usd_per_hour, Some(3.06));
+        assert_eq!(o.profile, Some(PathBuf::from("p.json")));
+        assert_eq!(parse_offer("g4dn=t.csv").unwrap().spot_usd_per_hour, None);
+        assert!(parse_offer("t.csv").unwrap_err().contains("expected NAME=TRACE"));
+        assert!(parse_offer("=t.csv").unwrap_err().contains("name is empty"));
+        assert!(parse_offer("a=t.csv,spto=1").unwrap_err().contains("unknown key `spto`"));
+        assert!(parse_offer("a=t.csv,spot=-1").unwrap_err().contains("not a price"));
+        assert!(parse_offer("a=").unwrap_err().contains("no trace"));
+    }
+
+    /// Layouts (1, 1) and (2, 1) at 10 and 20 samples/s, all costs zero.
+    fn toy() -> ModelProfile {
+        let entry = |d, sps| ConfigProfile {
+            config: ParallelConfig::new(d, 1),
+            samples_per_second: sps,
+            iteration_ms: 1000.0,
+            comm_rebuild_add_ms: 0.0,
+            comm_rebuild_remove_ms: 0.0,
+            model_build_ms: 0.0,
+        };
+        ModelProfile {
+            model: "toy".into(),
+            global_batch_size: 10,
+            micro_batch_size: 1,
+            configs: vec![entry(1, 10.0), entry(2, 20.0)],
+            partitions: vec![StagePartition {
+                pipeline_stages: 1,
+                layers_per_stage: vec![1],
+                state_bytes_per_stage: vec![0],
+            }],
+            transfer_curve: vec![],
+            rendezvous_ms: 0.0,
+            process_start_ms: 0.0,
+            add_extra_ms: 0.0,
+            checkpoint_restart_ms: 0.0,
+            checkpoint_interval_ms: 0.0,
+        }
+    }
+
+    #[test]
+    fn prediction_caps_the_fleet_and_prices_it() {
+        // One hour: 2 instances for 30 min, 1 for 30 min.
+        let counts: Vec<u32> = [2u32; 30].into_iter().chain([1u32; 30]).collect();
+        let market = MarketTrace { series: IntervalStats::chain_from(0, &counts), interval_ms: 60_000 };
+        let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 4.0 };
+        let goal = Goal::Samples { samples: 54_000.0, deadline_hours: 1.0 };
+        let spot2 = predict(&toy(), "t", &market, Market::Spot, 2, prices, goal);
+        assert_eq!(spot2.mean_instances, 1.5);
+        // (20 + 10) / 2 samples/s, no reconfiguration cost in this profile.
+        assert_eq!(spot2.samples_per_hour, 15.0 * 3600.0);
+        assert_eq!(spot2.usd_per_hour, 1.5);
+        assert_eq!(spot2.completion_hours, Some(1.0));
+        assert_eq!(spot2.usd, Some(1.5));
+        assert!(spot2.meets_goal);
+        let spot1 = predict(&toy(), "t", &market, Market::Spot, 1, prices, goal);
+        assert_eq!(spot1.samples_per_hour, 36_000.0);
+        assert!(!spot1.meets_goal);
+        let od2 = predict(&toy(), "t", &market, Market::OnDemand, 2, prices, goal);
+        assert_eq!(od2.samples_per_hour, 72_000.0);
+        assert_eq!(od2.completion_hours, Some(0.75));
+        assert_eq!(od2.usd, Some(0.75 * 8.0));
+        let ranked = rank(vec![spot1.clone(), od2.clone(), spot2.clone()]);
+        assert_eq!(ranked[0], spot2, "the cheapest meeting the goal comes first");
+        assert_eq!(ranked[1], od2);
+        assert_eq!(ranked[2], spot1);
+        // A throughput floor ranks by cost per hour.
+        let floor = Goal::Throughput { samples_per_hour: 40_000.0 };
+        let od1 = predict(&toy(), "t", &market, Market::OnDemand, 1, prices, floor);
+        assert!(!od1.meets_goal);
+        assert_eq!(predict(&toy(), "t", &market, Market::Spot, 2, prices, floor).usd, Some(1.5));
+    }
+
+    #[test]
+    fn simulated_outcome_reads_completion_off_the_run() {
+        let profile = toy();
+        let series = IntervalStats::chain_from(0, &[2u32; 60]);
+        let configs = vec![Some(ParallelConfig::new(2, 1)); 60];
+        let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 4.0 };
+        let result = parcae_sim::simulate(&profile, &series, 60_000, &configs, prices).unwrap();
+        // 20/s: 1200 samples per minute; 6000 samples after 5 minutes.
+        let goal = Goal::Samples { samples: 6000.0, deadline_hours: 1.0 };
+        let (hours, extrapolated, usd) = outcome(&result, 60_000, 1.0, goal);
+        assert!((hours.unwrap() - 5.0 / 60.0).abs() < 1e-12);
+        assert!(!extrapolated);
+        assert!((usd.unwrap() - 2.0 * 5.0 / 60.0).abs() < 1e-12);
+        // Beyond the trace: extrapolated at the run's rate.
+        let goal = Goal::Samples { samples: 72_000.0 * 2.0, deadline_hours: 3.0 };
+        let (hours, extrapolated, usd) = outcome(&result, 60_000, 1.0, goal);
+        assert_eq!(hours, Some(2.0));
+        assert!(extrapolated);
+        assert_eq!(usd, Some(4.0));
+    }
+
+    #[test]
+    fn end_to_end_on_the_demo_trace() {
+        let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/traces/demo-8node.csv");
+        let json = std::env::temp_dir().join(format!("parcae-provision-{}.json", std::process::id()));
+        let args = ProvisionArgs {
+            profile: ProfileArgs { profile: None, model: None, cost_constants: None },
+            offers: vec![format!("small={demo},spot=0.5,on-demand=2")],
+            input: TraceInput { format: None, interval_seconds: 60 },
+            samples: Some(20_000.0),
+            deadline_hours: Some(2.0),
+            min_samples_per_hour: None,
+            max_instances: None,
+            spot_only: false,
+            policy: DEFAULT_POLICY.to_string(),
+            horizon: 8,
+            simulate: 2,
+            json: Some(json.clone()),
+            sandbox: SandboxArgs { fuel: 10_000_000_000, deadline_ms: 5_000, memory_mib: 256 },
+        };
+        run(&args).unwrap();
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        let candidates = report["candidates"].as_array().unwrap();
+        // Spot 1..=8 and on-demand 1..=8 where a layout fits (every count here).
+        assert_eq!(candidates.len(), 16);
+        let best = &candidates[0];
+        assert_eq!(best["meets_goal"], true);
+        let simulated = report["simulated"].as_array().unwrap();
+        assert_eq!(simulated.len(), 2);
+        assert_eq!(simulated[0]["offer"], "small");
+        assert_eq!(simulated[0]["requested"], best["requested"]);
+        // Spot at $0.5/h beats on-demand at $2/h for the same fleet.
+        let cost = |c: &serde_json::Value| c["usd"].as_f64().unwrap();
+        let od = candidates.iter().find(|c| c["market"] == "on-demand" && c["meets_goal"] == true).unwrap();
+        assert!(cost(best) < cost(od));
+        // The prediction is in the simulated run's neighbourhood.
+        let (p, s) =
+            (best["samples_per_hour"].as_f64().unwrap(), simulated[0]["samples_per_hour"].as_f64().unwrap());
+        assert!(s > 0.5 * p && s < 1.5 * p, "predicted {p}, simulated {s}");
+
+        // Errors name the offer.
+        let bad = ProvisionArgs { offers: vec!["small=/nonexistent.csv".into()], json: None, ..args };
+        let e = format!("{:#}", run(&bad).unwrap_err());
+        assert!(e.contains("--offer small") && e.contains("nonexistent.csv"), "{e}");
+    }
+}

@@ -1,0 +1,187 @@
+//! `parcae-host bench` end to end: the binary on the project's demo trace with
+//! the embedded profile (table, JSON, CSV, SVG), determinism, and a public p3
+//! reference segment with the p3 profile (`shared/` beside the checkout).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn shared() -> PathBuf {
+    let dir = root().join("data");
+    assert!(
+        dir.join("profiles/p3-v100-parcae.json").exists(),
+        "{}: these tests expect the `shared` folder beside the checkout",
+        dir.display()
+    );
+    dir
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs `parcae-host bench ARGS` from the workspace root; returns stdout.
+fn bench(args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
+        .current_dir(root())
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("running parcae-host");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "parcae-host bench {args:?} failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str::<Vec<Value>>(&text).unwrap()
+}
+
+fn by_policy<'a>(records: &'a [Value], policy: &str) -> &'a Value {
+    records.iter().find(|r| r["policy"] == policy).unwrap_or_else(|| panic!("no record for {policy}"))
+}
+
+fn samples(record: &Value) -> f64 {
+    record["samples"].as_f64().unwrap()
+}
+
+#[test]
+fn demo_trace_table_json_csv_and_svg() {
+    let dir = scratch("demo");
+    let (json, csv, plots) = (dir.join("out.json"), dir.join("out.csv"), dir.join("plots"));
+    let stdout = bench(&[
+        "--trace",
+        "data/traces/demo-8node.csv",
+        "--policy",
+        "builtin:reactive",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        plots.to_str().unwrap(),
+    ]);
+    // The table: one row per baseline and policy.
+    assert!(stdout.contains("| policy"), "{stdout}");
+    assert!(stdout.contains("% Oracle"), "{stdout}");
+    for row in
+        ["| ideal", "| oracle", "| liveput-truth", "| reactive", "| reactive-restart", "| builtin:reactive"]
+    {
+        assert!(stdout.contains(row), "missing row {row}:\n{stdout}");
+    }
+    assert!(stdout.contains("artifact: the trace file records no decisions"), "{stdout}");
+
+    let records = records(&json);
+    assert_eq!(records.len(), 6);
+    // Restarting on every change never beats live migration of the same
+    // layouts, except by the work live migration rolls back when a stage loses
+    // every replica (the restart baseline checkpoints at each change).
+    let restart = by_policy(&records, "reactive-restart");
+    assert_eq!(restart["kind"], "baseline");
+    let live = by_policy(&records, "reactive");
+    let rolled_back = live["lost_samples"].as_f64().unwrap();
+    assert!(samples(restart) <= samples(live) + rolled_back * (1.0 + 1e-12));
+    let ideal = samples(by_policy(&records, "ideal"));
+    let oracle = samples(by_policy(&records, "oracle"));
+    assert!(oracle > 0.0 && oracle <= ideal);
+    for r in &records {
+        assert!(samples(r) <= ideal * (1.0 + 1e-12), "{} above ideal", r["policy"]);
+        assert!(
+            samples(r) <= oracle * (1.0 + 1e-12) || r["policy"] == "ideal",
+            "{} above oracle",
+            r["policy"]
+        );
+        assert_eq!(r["trace"], "demo-8node.csv");
+        assert_eq!(r["model"], "tiny-gpt");
+        // Every alive instance is paid, whatever the layout.
+        assert_eq!(r["instance_hours"], records[0]["instance_hours"]);
+    }
+    // The sandboxed reactive policy decides exactly as the native baseline.
+    let policy = by_policy(&records, "builtin:reactive");
+    assert_eq!(policy["kind"], "policy");
+    assert_eq!(samples(policy), samples(by_policy(&records, "reactive")));
+    assert_eq!(policy["policy_faults"], 0);
+    assert_eq!(policy["optimizer_guest_answers"], 60);
+    assert_eq!(by_policy(&records, "ideal")["pct_of_ideal"].as_f64().map(f64::round), Some(100.0));
+    assert_eq!(by_policy(&records, "oracle")["pct_of_oracle"].as_f64().map(f64::round), Some(100.0));
+
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = csv_text.lines().collect();
+    assert_eq!(lines.len(), 7, "{csv_text}");
+    assert!(lines[0].starts_with("trace,trace_path,model,policy,kind,"), "{}", lines[0]);
+    assert!(lines[0].contains(",samples,") && lines[0].contains(",usd_per_million_samples_spot,"));
+
+    let svg = std::fs::read_to_string(plots.join("demo-8node-tiny-gpt.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for text in ["(a) instances available", "(b) instances used", "(c) cumulative expected samples", "oracle"]
+    {
+        assert!(svg.contains(text), "the plot lacks {text}");
+    }
+}
+
+#[test]
+fn json_is_deterministic() {
+    let dir = scratch("determinism");
+    let run = |name: &str| {
+        let path = dir.join(name);
+        bench(&["--policy", "builtin:reactive", "--json", path.to_str().unwrap()]);
+        std::fs::read(path).unwrap()
+    };
+    assert_eq!(run("a.json"), run("b.json"));
+}
+
+#[test]
+fn p3_reference_segment_with_the_p3_profile() {
+    let shared = shared();
+    let dir = scratch("p3");
+    let json = dir.join("out.json");
+    let trace = shared.join("traces/aws-p3/parcae-reference/gpt-1.5b/trace_hh_55_65.txt");
+    let profile = shared.join("profiles/p3-v100-parcae.json");
+    let stdout = bench(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--profile",
+        profile.to_str().unwrap(),
+        "--model",
+        "gpt-1.5b",
+        "--policy",
+        "builtin:reactive",
+        "--baselines",
+        "ideal,oracle,reactive,artifact",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("| artifact:liveput-truth"), "{stdout}");
+    let records = records(&json);
+    assert_eq!(records.len(), 7);
+    // DESIGN.md section 4: Ideal 143,547 samples per hour on this segment.
+    let ideal = by_policy(&records, "ideal");
+    assert!((ideal["samples_per_hour"].as_f64().unwrap() - 143_547.0).abs() < 1.0);
+    // p3.2xlarge at $0.918 spot, $3.06 on demand.
+    let hours = ideal["instance_hours"].as_f64().unwrap();
+    assert!((ideal["usd_spot"].as_f64().unwrap() - 0.918 * hours).abs() < 1e-9);
+    assert!((ideal["usd_on_demand"].as_f64().unwrap() - 3.06 * hours).abs() < 1e-9);
+    let oracle = samples(by_policy(&records, "oracle"));
+    for strategy in ["throughput-opt", "liveput-truth", "liveput-predict"] {
+        let r = by_policy(&records, &format!("artifact:{strategy}"));
+        assert_eq!(r["artifact_missing_intervals"], 0, "{strategy}");
+        assert_eq!(r["artifact_does_not_fit"], 0, "{strategy}");
+        assert!(samples(r) > 0.0 && samples(r) <= oracle * (1.0 + 1e-12), "{strategy}");
+    }
+    // The artifact's throughput-optimal choice is the same as ours here.
+    assert_eq!(
+        samples(by_policy(&records, "artifact:throughput-opt")),
+        samples(by_policy(&records, "reactive"))
+    );
+}

@@ -1,0 +1,935 @@
+//! Liveput: what one reconfiguration costs, for one concrete preemption
+//! scenario ([`scenario_cost`]) and in expectation over which instances are
+//! preempted ([`expected_transition`], [`transition_distribution`]), and the
+//! expected samples an interval yields net of that cost ([`liveput`]).
+//!
+//! # The setting (DESIGN.md sections 3-4)
+//!
+//! A job runs layout `from = (D, P)` on `N = instances_before` instances: the
+//! first `D x P` instances hold pipeline stages (`D` replicas of each of the `P`
+//! stages), the other `S = N - D x P` are spares. During the interval `n_out =
+//! preempted` of the `N` instances are taken back, a uniform random subset
+//! without replacement, and `n_in = arrived` new ones join. The job then moves
+//! to `to = (d, p)`, which must fit in `N - n_out + n_in` instances.
+//!
+//! # Migration kinds and their cost
+//!
+//! The cost rules follow the Parcae artifact (`JF-D/Parcae`, files
+//! `liveput/monte_carlo.py`, `liveput/cost.py`, `liveput/throughput.py`,
+//! `liveput/model.py`). Every duration is in ms, all numbers come from the
+//! [`ModelProfile`]; `s_j` is the number of live replicas of old stage `j`
+//! after the preemptions, `B_j` the state bytes of stage `j`, `t(x)` the
+//! point-to-point transfer time of `x` bytes ([`transfer_ms`]).
+//!
+//! Two building blocks of `cost.py`, both for the *new* layout `(d, p)`:
+//!
+//! - `R_add = rendezvous + add_extra + comm_rebuild_add + process_start +
+//!   model_build` and `R_remove = comm_rebuild_remove + process_start +
+//!   model_build` (`CostModel.estimate_restart_cost`, types `'add'` and
+//!   `'remove'`). A reconfiguration is of type *add* when the new layout needs
+//!   instances that held no stage before, i.e. `d x p > sum_j s_j`, and of type
+//!   *remove* otherwise.
+//! - `intra = comm_rebuild_remove + process_start`
+//!   (`CostModel.estimate_intra_stage_migration`).
+//!
+//! The kinds ([`MigrationKind`]), checked in this order:
+//!
+//! 1. **restart** when some old stage lost every replica (`s_j = 0`): its layers
+//!    exist nowhere, so the job reloads the last checkpoint. Cost:
+//!    `R_type + checkpoint_restart + sum_q t(B'_q)` (the artifact's reactive
+//!    restart, `ThroughputOptimized.reconfiguration` in `throughput.py`: restart
+//!    cost, 14 s of checkpoint save/load, then every new stage's full state one
+//!    after another); bytes `d x sum_q B'_q` (every new instance loads its
+//!    stage). It also **loses the work since the last checkpoint**
+//!    ([`ScenarioCost::lost_work`]), on average half a checkpoint interval
+//!    ([`lost_work_ms`]). A cold start (`from = None`) is a restart of type add
+//!    that loses nothing (nothing was running).
+//! 2. **none** when `to == from` and no stage lost a replica: the running
+//!    pipelines are untouched (lost spares and arrivals change nothing). Cost 0.
+//! 3. With `p == P`:
+//!    - **intra-stage** when every stage still has `s_j >= d` replicas: drop the
+//!      surplus replicas and rebuild the communicators. Cost `intra`
+//!      (`MonteCarloLiveput.migration`, first branch). No bytes move.
+//!    - **inter-stage** otherwise: stage `j` lacks `delta_j = d - s_j` replicas;
+//!      each new replica receives stage `j`'s full state from a surviving
+//!      replica. The `s_j` survivors send in parallel, each to
+//!      `ceil(delta_j / s_j)` receivers one after another; stages run in
+//!      parallel. Cost `max_j ceil(delta_j / s_j) t(B_j) + R_type`, bytes
+//!      `sum_j delta_j B_j` (`MonteCarloLiveput.estimate_inter_stage_migration`).
+//! 4. With `p != P`, **repartition**: layers move to the new stage boundaries
+//!    (see below). Cost `transfer + R_type` (`MonteCarloLiveput.repartition`).
+//!
+//! # Restart on change (the reactive baseline)
+//!
+//! [`MigrationMode::RestartOnChange`] is the artifact's checkpoint-restart
+//! baseline instead of live migration: every availability change restarts the
+//! job (`R_type + checkpoint + sum_q t(B'_q)`, no lost work), and a restart
+//! overlapping one in flight pays the new one plus `R_type`. See
+//! [`restart_transition`] and [`restart_liveput`]; [`liveput_with_mode`]
+//! dispatches on the mode.
+//!
+//! # Where we deliberately differ from the artifact
+//!
+//! - **Infeasible scenarios restart.** The artifact never lets a scenario be
+//!   infeasible: it treats a stage with no survivor as an inter-stage
+//!   migration (its `redundant_cost`) and repartitions from layers nobody holds
+//!   any more, so its feasibility probability is always 1. Here such a scenario
+//!   is a restart that pays the checkpoint reload and loses the work since the
+//!   last checkpoint. This is what makes deep, narrow pipelines (many stages, few
+//!   replicas each) risky, as they are.
+//! - **Repartition volume.** The artifact's `repartition` keeps only the last new
+//!   stage's missing parameters (`total_params_need = num_params` instead of
+//!   `+=`; `throughput.py` has `+=`), so it under-counts the volume. Here the
+//!   bytes come from the partitions themselves: the overlap of old stage `j` and
+//!   new stage `q` in bytes follows exactly from the two partitions' cumulative
+//!   state at their boundaries (both are contiguous splits of the same layers).
+//!   Every new slot (replica `r` of new stage `q`) is filled by one instance and
+//!   receives the bytes of `q` it does not already hold. Which survivor fills
+//!   which slot is the transportation problem of SpotServe's migration planner;
+//!   we solve it exactly at full strength (each old stage offering `D`
+//!   instances, each new stage taking `d`), which is a path-structured problem
+//!   solved by a small dynamic program, and then give each old stage's
+//!   allocated slots to its `s_j` survivors best-overlap first; slots left
+//!   unserved receive their full state from a spare or an arrival. The result is
+//!   a feasible plan: its bytes are exact at full strength and never below the
+//!   planner's optimum otherwise (no under-count). The transfer time is that of
+//!   the slowest receiving instance, receivers pulling in parallel (the
+//!   artifact's broadcast term `max_q t(B'_q)` is the same idea); sender
+//!   contention is not modelled.
+//! - **Within-stage rounds.** The artifact charges one transfer per deficient
+//!   stage whatever the deficit; we charge `ceil(delta_j / s_j)` transfers, which
+//!   is the same as long as every survivor serves at most one receiver. We drop
+//!   its special case that serialises the last stage when it keeps exactly one
+//!   replica (`stage_id == pp - 1 and nnodes == dp - 1`), which has no stated
+//!   reason.
+//! - **Add or remove** is decided by `d x p > sum_j s_j` (new members are needed)
+//!   instead of the artifact's `dp * pp > D * P - n_out`, which also counts
+//!   preempted spares as lost stage holders.
+//! - **Lost spares are free.** The artifact charges an intra-stage migration
+//!   whenever anything is preempted, even a spare, if the layout is unchanged; we
+//!   charge nothing when every stage keeps all its replicas.
+//! - **Carried migrations** ([`liveput`]): the artifact, when a migration is
+//!   still running and a new one starts, charges the new one plus a fresh restart
+//!   instead of the remainder; we charge the remainder plus the new one,
+//!   sequentially.
+//!
+//! # Exact expectation
+//!
+//! The preempted stage holders per stage `(k_0, .., k_{P-1})` and spares `k_s`
+//! follow a multivariate hypergeometric law: `Pr(k) = prod_j C(D, k_j) x C(S,
+//! k_s) / C(N, n_out)` with `sum k = n_out`. The kind and the cost depend on
+//! `k` only through per-stage terms (a per-stage time whose maximum is taken,
+//! per-stage bytes that add up, per-stage membership in a class) and the total
+//! `c = sum_j k_j` (add or remove). So every needed quantity is a coefficient
+//! of a product of per-stage polynomials, computed by a dynamic program over
+//! stages whose state is `c`; the distribution of a maximum comes from its
+//! cumulative distribution, one such program per distinct time threshold. To
+//! stay in floating-point range for any `N`, `C(m, k)` is replaced by the
+//! binomial probability `C(m, k) pi^k (1 - pi)^(m - k)` with `pi = n_out / N`
+//! (divided by its sum over the counts kept); the extra factors are the same
+//! for every `k` and cancel in the normalisation, and all intermediate sums
+//! stay below 1. The weights are built from ratios of consecutive terms with
+//! `+ - * /` only, never `ln`/`exp`, whose last bit depends on the platform's
+//! maths library: a guest must compute the same bits as the host.
+//!
+//! Complexity of one call, with `K = min(D, n_out) + 1` possible preemption
+//! counts per stage and `H` distinct per-stage transfer times reachable: at most
+//! `4 + H` programs of `O(P x K x n_out)` each, which is `O(N x n_out)` since `D
+//! x P <= N` (the running count is also pruned to what the remaining stages and
+//! spares can still reach); `O(min(max(D, S), n_out))` for the binomial weights;
+//! for a repartition, `O((P + p) x D x d)` for the slot allocation. Memory
+//! `O(n_out + N)`. Measured in release mode (test `timing`, run with
+//! `--release --ignored --nocapture`) on a shared 2-core machine: 2-8 µs per
+//! call for N = 32, P = 16; for N = 1024, D x P = 64 x 16: 8-35 µs with 10
+//! preemptions, 0.1-0.4 ms with 100, 0.3-1.5 ms with 500.
+//!
+//! # Errors
+//!
+//! Nothing here panics. Inputs that make no sense are errors ([`LiveputError`]),
+//! never clamped: a zero degree, more preemptions than instances, a layout that
+//! does not fit, a missing or inconsistent partition, a non-finite or negative
+//! profile figure, or more than [`MAX_INSTANCES`] instances (a bound on the
+//! work and memory of one call). `from == to` is not an error.
+
+mod exact;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+use crate::{ModelProfile, ParallelConfig, TransferPoint};
+
+/// Largest fleet one call accepts (instances before or after the interval). The
+/// exact expectation costs `O(N x n_out)` per dynamic program and `O(n_out)`
+/// memory, so this bounds one call to milliseconds.
+pub const MAX_INSTANCES: u32 = 8192;
+
+/// How a job gets from one layout to the next (DESIGN.md section 4). The cost
+/// model and the real runtime's migration planner (`parcae-cluster`) share this
+/// type, so a run's counts and a simulation's mean the same thing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize), serde(rename_all = "kebab-case"))]
+pub enum MigrationKind {
+    /// Nothing to do: same layout, no stage lost a replica (also: a pause).
+    None,
+    /// Every stage keeps `>= d` replicas: regroup, rebuild communicators.
+    IntraStage,
+    /// Some stage has fewer than `d` but at least one replica: copy its state.
+    InterStage,
+    /// The pipeline depth changes: layers move to new stage boundaries.
+    Repartition,
+    /// Reload the checkpoint: some stage lost every replica, or a cold start.
+    Restart,
+}
+
+impl MigrationKind {
+    /// All kinds, in the order of [`Expected::p_by_kind`].
+    pub const ALL: [MigrationKind; 5] = [
+        MigrationKind::None,
+        MigrationKind::IntraStage,
+        MigrationKind::InterStage,
+        MigrationKind::Repartition,
+        MigrationKind::Restart,
+    ];
+
+    /// Position in [`MigrationKind::ALL`] and [`Expected::p_by_kind`].
+    pub const fn index(self) -> usize {
+        match self {
+            MigrationKind::None => 0,
+            MigrationKind::IntraStage => 1,
+            MigrationKind::InterStage => 2,
+            MigrationKind::Repartition => 3,
+            MigrationKind::Restart => 4,
+        }
+    }
+
+    /// Stable lower-case name (for logs and JSON).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MigrationKind::None => "none",
+            MigrationKind::IntraStage => "intra-stage",
+            MigrationKind::InterStage => "inter-stage",
+            MigrationKind::Repartition => "repartition",
+            MigrationKind::Restart => "restart",
+        }
+    }
+}
+
+impl std::fmt::Display for MigrationKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One predicted interval's reconfiguration, as the optimizer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Transition {
+    /// Layout running before; `None` when nothing runs (cold start or pause).
+    pub from: Option<ParallelConfig>,
+    /// Instances alive before the interval (`N`), stage holders and spares.
+    pub instances_before: u32,
+    /// Instances preempted during the interval, a uniform random subset.
+    pub preempted: u32,
+    /// Instances that join during the interval.
+    pub arrived: u32,
+    /// Layout to run after; `None` pauses training.
+    pub to: Option<ParallelConfig>,
+}
+
+impl Transition {
+    /// Instances alive after the interval, or `None` when more instances are
+    /// preempted than exist.
+    pub fn instances_after(&self) -> Option<u64> {
+        let left = self.instances_before.checked_sub(self.preempted)?;
+        Some(u64::from(left) + u64::from(self.arrived))
+    }
+
+    /// [`transition_distribution`] of this transition.
+    pub fn distribution(&self, profile: &ModelProfile) -> Result<TransitionDistribution, LiveputError> {
+        transition_distribution(
+            profile,
+            self.from,
+            self.instances_before,
+            self.preempted,
+            self.arrived,
+            self.to,
+        )
+    }
+
+    /// [`expected_transition`] of this transition.
+    pub fn expected(&self, profile: &ModelProfile) -> Result<Expected, LiveputError> {
+        self.distribution(profile).map(|d| d.expected())
+    }
+}
+
+/// Where the instances that survived a preemption are: live replicas of each old
+/// stage, and live spares.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// Live replicas of each stage of the old layout (length `P`, each `<= D`).
+    pub survivors_per_stage: Vec<u32>,
+    /// Live instances that held no stage.
+    pub spare_survivors: u32,
+}
+
+impl Placement {
+    /// The placement left when the instances numbered `preempted` (each
+    /// `< instances_before`, no repeats) are taken from layout `from`, numbered
+    /// as in the artifact's `MonteCarloLiveput.draw`: instance `i < D x P` holds
+    /// stage `i mod P` (of replica `i / P`), the others are spares.
+    pub fn from_preempted(
+        from: ParallelConfig,
+        instances_before: u32,
+        preempted: &[u32],
+    ) -> Result<Placement, LiveputError> {
+        check_config(from)?;
+        check_size(u64::from(instances_before))?;
+        let holders = from.instances();
+        if holders > u64::from(instances_before) {
+            return Err(LiveputError::FromDoesNotFit { from, instances: instances_before });
+        }
+        let stages = from.pipeline_stages;
+        let mut survivors = vec![from.data_parallel; stages as usize];
+        let mut spares = u64::from(instances_before) - holders;
+        let mut seen = vec![false; instances_before as usize];
+        for &id in preempted {
+            let Some(slot) = seen.get_mut(id as usize) else {
+                return Err(LiveputError::BadInstanceId { id, instances: instances_before });
+            };
+            if *slot {
+                return Err(LiveputError::DuplicateInstanceId { id });
+            }
+            *slot = true;
+            if u64::from(id) < holders {
+                let stage = (id % stages) as usize;
+                if let Some(s) = survivors.get_mut(stage) {
+                    *s = s.saturating_sub(1);
+                }
+            } else {
+                spares = spares.saturating_sub(1);
+            }
+        }
+        Ok(Placement { survivors_per_stage: survivors, spare_survivors: spares as u32 })
+    }
+}
+
+/// The realized cost of one concrete scenario.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScenarioCost {
+    /// What kind of migration it takes.
+    pub kind: MigrationKind,
+    /// Wall time of the migration, ms (training stops meanwhile). Excludes the
+    /// lost work of a restart.
+    pub duration_ms: f64,
+    /// Training-state bytes received by instances (transfers and checkpoint loads).
+    pub bytes_moved: u64,
+    /// The work since the last checkpoint is lost (some stage lost every
+    /// replica); see [`lost_work_ms`].
+    pub lost_work: bool,
+}
+
+/// One possible outcome of a transition and its probability.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    /// Probability of this outcome (the outcomes of a distribution sum to 1).
+    pub probability: f64,
+    /// Its migration kind.
+    pub kind: MigrationKind,
+    /// Its migration time, ms.
+    pub duration_ms: f64,
+    /// Whether it loses the work since the last checkpoint.
+    pub lost_work: bool,
+}
+
+/// The exact distribution of a transition's migration time and kind over which
+/// instances are preempted: enough to take the expectation of any function of
+/// the duration (as [`liveput`] does with the interval's leftover).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransitionDistribution {
+    /// Distinct outcomes with positive probability, in a deterministic order.
+    pub outcomes: Vec<Outcome>,
+    /// Expected bytes moved.
+    pub mean_bytes: f64,
+}
+
+impl TransitionDistribution {
+    /// Means and probabilities of the distribution.
+    pub fn expected(&self) -> Expected {
+        let mut e = Expected { mean_bytes: self.mean_bytes, ..Expected::default() };
+        for o in &self.outcomes {
+            e.mean_duration_ms += o.probability * o.duration_ms;
+            e.p_by_kind[o.kind.index()] += o.probability;
+            if o.lost_work {
+                e.p_lost_work += o.probability;
+            }
+        }
+        e.p_restart = e.p_by_kind[MigrationKind::Restart.index()];
+        e
+    }
+}
+
+/// Expected cost of a transition over which instances are preempted.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Expected {
+    /// Expected migration time, ms (lost work excluded).
+    pub mean_duration_ms: f64,
+    /// Probability of a restart from checkpoint.
+    pub p_restart: f64,
+    /// Probability of each kind, indexed by [`MigrationKind::index`]; sums to 1.
+    pub p_by_kind: [f64; 5],
+    /// Expected training-state bytes moved.
+    pub mean_bytes: f64,
+    /// Probability that the work since the last checkpoint is lost (a restart
+    /// after a stage lost every replica, or a pause after one did; not a cold
+    /// start).
+    pub p_lost_work: f64,
+}
+
+/// What a layout is expected to achieve in one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LiveputValue {
+    /// Expected samples trained in the interval (>= 0).
+    pub expected_samples: f64,
+    /// Expected migration time that does not fit in the interval and carries
+    /// into the next one, ms (>= 0).
+    pub expected_leftover_ms: f64,
+}
+
+/// Why a liveput computation was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LiveputError {
+    /// A layout with zero replicas or zero stages.
+    ZeroDegree { config: ParallelConfig },
+    /// More instances than [`MAX_INSTANCES`].
+    TooManyInstances { instances: u64 },
+    /// More instances preempted than were alive.
+    PreemptedAboveInstances { preempted: u32, instances: u32 },
+    /// The old layout needs more instances than were alive.
+    FromDoesNotFit { from: ParallelConfig, instances: u32 },
+    /// The new layout needs more instances than are alive after the interval.
+    ToDoesNotFit { to: ParallelConfig, available: u64 },
+    /// The new (or, for lost work, the old) layout is not in the profile.
+    UnknownConfig { config: ParallelConfig },
+    /// The profile has no partition for this pipeline depth.
+    MissingPartition { stages: u32 },
+    /// A partition that cannot be used (lengths do not match its depth...).
+    BadPartition { stages: u32, reason: String },
+    /// The partitions of two depths do not split the same model.
+    InconsistentPartitions { from_stages: u32, to_stages: u32, reason: String },
+    /// A profile figure that is negative or not finite.
+    BadProfileValue { field: String, value: f64 },
+    /// An interval length or carried time that is negative or not finite.
+    BadTime { what: &'static str, value: f64 },
+    /// `survivors_per_stage` does not have one entry per old stage.
+    SurvivorsLength { expected: u32, got: usize },
+    /// More survivors in a stage than it had replicas.
+    SurvivorsAboveDegree { stage: usize, survivors: u32, degree: u32 },
+    /// A preempted instance number outside `0..instances_before`.
+    BadInstanceId { id: u32, instances: u32 },
+    /// The same instance preempted twice.
+    DuplicateInstanceId { id: u32 },
+    /// The exact computation lost all precision (should not happen).
+    Numerical { reason: &'static str },
+    /// Churn probabilities of an interval that are negative, not finite, or
+    /// sum above 1 ([`crate::plan::best_plan_hedged`]).
+    BadChurn { interval: usize, probability: f64 },
+}
+
+impl std::fmt::Display for LiveputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LiveputError::ZeroDegree { config } => {
+                write!(f, "layout {config}: data-parallel degree and pipeline depth must be >= 1")
+            }
+            LiveputError::TooManyInstances { instances } => {
+                write!(f, "{instances} instances: at most {MAX_INSTANCES} are supported")
+            }
+            LiveputError::PreemptedAboveInstances { preempted, instances } => {
+                write!(f, "{preempted} instances preempted, but only {instances} were alive")
+            }
+            LiveputError::FromDoesNotFit { from, instances } => {
+                write!(
+                    f,
+                    "old layout {from} needs {} instances, only {instances} were alive",
+                    from.instances()
+                )
+            }
+            LiveputError::ToDoesNotFit { to, available } => {
+                write!(f, "new layout {to} needs {} instances, only {available} are alive", to.instances())
+            }
+            LiveputError::UnknownConfig { config } => write!(f, "layout {config} is not in the profile"),
+            LiveputError::MissingPartition { stages } => {
+                write!(f, "the profile has no stage partition for pipeline depth {stages}")
+            }
+            LiveputError::BadPartition { stages, reason } => {
+                write!(f, "stage partition for depth {stages}: {reason}")
+            }
+            LiveputError::InconsistentPartitions { from_stages, to_stages, reason } => {
+                write!(f, "stage partitions for depths {from_stages} and {to_stages} disagree: {reason}")
+            }
+            LiveputError::BadProfileValue { field, value } => {
+                write!(f, "profile {field} = {value}: must be a finite number >= 0")
+            }
+            LiveputError::BadTime { what, value } => {
+                write!(f, "{what} = {value}: must be a finite number >= 0")
+            }
+            LiveputError::SurvivorsLength { expected, got } => {
+                write!(f, "{got} survivor counts given, the old layout has {expected} stages")
+            }
+            LiveputError::SurvivorsAboveDegree { stage, survivors, degree } => {
+                write!(f, "stage {stage}: {survivors} survivors, but it had only {degree} replicas")
+            }
+            LiveputError::BadInstanceId { id, instances } => {
+                write!(f, "preempted instance {id} does not exist (instances are 0..{instances})")
+            }
+            LiveputError::DuplicateInstanceId { id } => write!(f, "instance {id} preempted twice"),
+            LiveputError::Numerical { reason } => write!(f, "numerical failure: {reason}"),
+            LiveputError::BadChurn { interval, probability } => write!(
+                f,
+                "interval {interval}: churn probability {probability} (each must be finite and >= 0, \
+                 their sum at most 1)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for LiveputError {}
+
+/// Point-to-point time to move `bytes` between two instances, ms, on a
+/// transfer curve sorted by size (`ModelProfile.transfer_curve`, times in µs).
+///
+/// Same rule as `parcae_profile::transfer_ms` and the artifact's
+/// `CostModel.p2p_cost`: 0 bytes cost 0; up to the smallest point, that point's
+/// time (the latency floor); between points, linear interpolation; beyond the
+/// largest point, linear extrapolation at its bandwidth. An empty curve costs
+/// 0. An unsorted or degenerate curve gives some finite answer, never a panic.
+pub fn transfer_ms(curve: &[TransferPoint], bytes: u64) -> f64 {
+    let (Some(first), Some(last)) = (curve.first(), curve.last()) else {
+        return 0.0;
+    };
+    if bytes == 0 {
+        return 0.0;
+    }
+    let us = if bytes <= first.bytes {
+        first.micros
+    } else if bytes >= last.bytes {
+        if last.bytes == 0 { last.micros } else { bytes as f64 * (last.micros / last.bytes as f64) }
+    } else {
+        let hi = curve.partition_point(|p| p.bytes < bytes);
+        match (hi.checked_sub(1).and_then(|i| curve.get(i)), curve.get(hi)) {
+            (Some(a), Some(b)) if b.bytes > a.bytes && bytes >= a.bytes => {
+                let t = (bytes - a.bytes) as f64 / (b.bytes - a.bytes) as f64;
+                a.micros + (b.micros - a.micros) * t
+            }
+            (_, Some(b)) => b.micros,
+            _ => last.micros,
+        }
+    };
+    us / 1000.0
+}
+
+/// Work lost by a restart that reloads the last checkpoint, ms of training
+/// time: half the checkpoint interval, the mean time since the last checkpoint
+/// when preemptions fall uniformly between checkpoints. The published artifact
+/// has no such term (its reactive baseline checkpoints at every
+/// reconfiguration and it never lets a live migration fail).
+pub fn lost_work_ms(profile: &ModelProfile) -> f64 {
+    let ckpt = profile.checkpoint_interval_ms;
+    if ckpt.is_finite() && ckpt > 0.0 { ckpt / 2.0 } else { 0.0 }
+}
+
+/// The realized cost of moving from `from` to `to` when the old stages keep
+/// `survivors_per_stage` live replicas (length `P`, each `<= D`; empty when
+/// `from` is `None`), `spare_survivors` live instances held no stage, and
+/// `arrived` instances joined. See the module documentation for the rules.
+///
+/// `to = None` is a pause: kind [`MigrationKind::None`], no cost, with
+/// `lost_work` set when some stage lost every replica.
+pub fn scenario_cost(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    survivors_per_stage: &[u32],
+    spare_survivors: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<ScenarioCost, LiveputError> {
+    let model = plan::Model::new(profile, from, to)?;
+    model.scenario(survivors_per_stage, spare_survivors, arrived)
+}
+
+/// The exact distribution of the migration over which `preempted` of the
+/// `instances_before` instances are taken (uniformly, without replacement),
+/// when `from` runs on them, `arrived` join, and the job moves to `to`.
+pub fn transition_distribution(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<TransitionDistribution, LiveputError> {
+    check_transition(from, instances_before, preempted, arrived, to)?;
+    let model = plan::Model::new(profile, from, to)?;
+    exact::distribution(&model, instances_before, preempted)
+}
+
+/// The cost model of one `from -> to` pair, which does not depend on the
+/// instances or the preemptions: built once, it gives
+/// [`transition_distribution`] for any of them without rebuilding the
+/// pair's transfer tables (the horizon planner asks for the same pair under
+/// many fleet sizes and preemption counts).
+#[derive(Debug, Clone)]
+pub(crate) struct PairModel(plan::Model);
+
+impl PairModel {
+    /// The model of `from -> to`, checking the profile figures it uses.
+    pub(crate) fn new(
+        profile: &ModelProfile,
+        from: Option<ParallelConfig>,
+        to: Option<ParallelConfig>,
+    ) -> Result<PairModel, LiveputError> {
+        plan::Model::new(profile, from, to).map(PairModel)
+    }
+
+    /// Exactly [`transition_distribution`] of the pair (same checks, same
+    /// numbers).
+    pub(crate) fn distribution(
+        &self,
+        instances_before: u32,
+        preempted: u32,
+        arrived: u32,
+    ) -> Result<TransitionDistribution, LiveputError> {
+        check_transition(self.0.from, instances_before, preempted, arrived, self.0.to)?;
+        exact::distribution(&self.0, instances_before, preempted)
+    }
+}
+
+/// The exact expected cost of a transition (see [`transition_distribution`]).
+pub fn expected_transition(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<Expected, LiveputError> {
+    transition_distribution(profile, from, instances_before, preempted, arrived, to).map(|d| d.expected())
+}
+
+/// Expected samples of running `to` for one interval of `interval_ms`, after
+/// the transition from `from`, with `carried_ms` of an earlier migration still
+/// to run at the start of the interval.
+///
+/// For each outcome (exactly, over the preemption scenarios):
+///
+/// - busy time `b = carried_ms + duration_ms`; the in-flight migration
+///   finishes before the new one starts (the artifact instead drops the
+///   remainder and charges an extra restart);
+/// - samples `throughput(to) x max(0, T - b)` (samples/s x s), minus, when the
+///   outcome restarts from the checkpoint, the samples trained since it:
+///   [`lost_work_ms`] at the old layout's speed. The job rolls back, so an
+///   interval's net samples can be negative, and the loss does not depend on
+///   what runs next: pausing cannot escape it;
+/// - leftover `max(0, b - T)`, carried into the next interval by the caller.
+///
+/// A pause (`to = None`) trains nothing; an in-flight migration still runs to
+/// its end (state must be consistent before anything can resume), so
+/// `max(0, carried_ms - T)` is carried on, and lost work is still lost.
+/// Resuming later pays a cold start. Both results are expectations over the
+/// outcomes.
+#[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
+pub fn liveput(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+    interval_ms: f64,
+    carried_ms: f64,
+) -> Result<LiveputValue, LiveputError> {
+    if !(interval_ms.is_finite() && interval_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "interval_ms", value: interval_ms });
+    }
+    if !(carried_ms.is_finite() && carried_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
+    }
+    let dist = transition_distribution(profile, from, instances_before, preempted, arrived, to)?;
+    let lost = lost_samples(profile, from, &dist)?;
+    let mut value = LiveputValue::default();
+    let Some(to) = to else {
+        for o in dist.outcomes.iter().filter(|o| o.lost_work) {
+            value.expected_samples -= o.probability * lost;
+        }
+        value.expected_leftover_ms = (carried_ms - interval_ms).max(0.0);
+        return Ok(value);
+    };
+    let thr_to = samples_per_second(profile, to)?;
+    for o in &dist.outcomes {
+        let busy = carried_ms + o.duration_ms;
+        let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
+        value.expected_samples += o.probability * (trained - if o.lost_work { lost } else { 0.0 });
+        value.expected_leftover_ms += o.probability * (busy - interval_ms).max(0.0);
+    }
+    Ok(value)
+}
+
+/// How the simulated job reconfigures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum MigrationMode {
+    /// Live migration: the cost model of this module ([`liveput`]).
+    #[default]
+    Live,
+    /// Checkpoint-restart on every availability change: the Parcae artifact's
+    /// reactive baseline ([`restart_transition`], [`restart_liveput`]).
+    RestartOnChange,
+}
+
+impl MigrationMode {
+    /// Stable lower-case name (for logs and JSON).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MigrationMode::Live => "live",
+            MigrationMode::RestartOnChange => "restart-on-change",
+        }
+    }
+}
+
+/// What one interval's reconfiguration costs under
+/// [`MigrationMode::RestartOnChange`] ([`restart_transition`]). It does not
+/// depend on which instances were preempted: the whole job restarts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RestartCost {
+    /// [`MigrationKind::Restart`] when the job restarts, [`MigrationKind::None`]
+    /// when nothing changed (or training pauses).
+    pub kind: MigrationKind,
+    /// Wall time of the restart, ms: `R_type + checkpoint + sum_q t(B'_q)`.
+    pub duration_ms: f64,
+    /// `R_add` (`true`) or `R_remove` (`false`) was charged.
+    pub add: bool,
+    /// `R_type` of the new layout, ms: what a restart that overlaps one still
+    /// in flight pays on top (`estimate_concurrent_restart_cost`).
+    pub concurrent_ms: f64,
+    /// Checkpoint save/load charged, ms (0 for the first start).
+    pub checkpoint_ms: f64,
+    /// Time to load every new stage's state one after another, ms.
+    pub serial_transfer_ms: f64,
+    /// Training-state bytes loaded: `d x` the whole state, as a live restart.
+    pub bytes_moved: u64,
+    /// Always `false`: the artifact saves a checkpoint at every
+    /// reconfiguration (within the preemption notice), so nothing is lost.
+    pub lost_work: bool,
+}
+
+/// The cost of the interval's reconfiguration when the job restarts from a
+/// checkpoint on every change, the Parcae artifact's reactive
+/// ("throughput-optimal") baseline: `ThroughputOptimized.optimize` and
+/// `ThroughputOptimized.reconfiguration` in `liveput/throughput.py`
+/// (`JF-D/Parcae`), with `CostModel.estimate_restart_cost` of
+/// `liveput/cost.py`.
+///
+/// - **When**: the job restarts whenever anything happened in the interval
+///   (`preempted + arrived > 0`, even if only a spare left or the layout stays
+///   the same: the artifact's `n_add + n_remove > 0`), on a start (`from =
+///   None`, the artifact's `cur_t == 0`), and, beyond the artifact (which
+///   cannot change layout without an event), whenever `to != from`. A pause
+///   (`to = None`) costs nothing.
+/// - **Type**: *add* when instances arrived or on a start (`recfg_type = 'add'
+///   if n_add > 0 or cur_t == 0`), else *remove*. `R_add = rendezvous +
+///   add_extra + comm_rebuild_add + process_start + model_build`, `R_remove =
+///   comm_rebuild_remove + process_start + model_build` of the new layout.
+/// - **Cost**: `R_type + checkpoint_restart_ms + sum_q t(B'_q)`: the 14 s of
+///   checkpoint save and load (`cost += 14_000` when `interval_id > 0`), then
+///   every new stage's full state (parameters and optimizer state) transferred
+///   one after another (the `apply_optimization = False` branch). The first
+///   start (`from = None` with `instances_before = 0`) saves and loads no
+///   checkpoint; a resume after a pause does.
+/// - **Lost work**: none. The artifact checkpoints at each reconfiguration and
+///   rolls nothing back (no term for the work since the last checkpoint).
+///
+/// The carry of a restart still in flight is [`restart_liveput`]'s.
+pub fn restart_transition(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<RestartCost, LiveputError> {
+    check_transition(from, instances_before, preempted, arrived, to)?;
+    let none = RestartCost {
+        kind: MigrationKind::None,
+        duration_ms: 0.0,
+        add: false,
+        concurrent_ms: 0.0,
+        checkpoint_ms: 0.0,
+        serial_transfer_ms: 0.0,
+        bytes_moved: 0,
+        lost_work: false,
+    };
+    let Some(to_config) = to else {
+        return Ok(none);
+    };
+    // Checks the new layout's figures and computes `R_add`, `R_remove` and
+    // the restart's bytes, as for a live cold start.
+    let model = plan::Model::new(profile, None, to)?;
+    let first_start = from.is_none() && instances_before == 0;
+    if !(from.is_none() || from != to || preempted > 0 || arrived > 0) {
+        return Ok(none);
+    }
+    let add = arrived > 0 || from.is_none();
+    let r_type = if add { model.r_add } else { model.r_remove };
+    let partition = profile
+        .partitions
+        .iter()
+        .find(|p| p.pipeline_stages == to_config.pipeline_stages)
+        .ok_or(LiveputError::MissingPartition { stages: to_config.pipeline_stages })?;
+    let serial: f64 =
+        partition.state_bytes_per_stage.iter().map(|&b| transfer_ms(&profile.transfer_curve, b)).sum();
+    let checkpoint = if first_start {
+        0.0
+    } else {
+        plan::check_value(|| "checkpoint_restart_ms".into(), profile.checkpoint_restart_ms)?
+    };
+    Ok(RestartCost {
+        kind: MigrationKind::Restart,
+        duration_ms: r_type + checkpoint + serial,
+        add,
+        concurrent_ms: r_type,
+        checkpoint_ms: checkpoint,
+        serial_transfer_ms: serial,
+        bytes_moved: model.restart_bytes,
+        lost_work: false,
+    })
+}
+
+/// Samples of running `to` for one interval of `interval_ms` under
+/// [`MigrationMode::RestartOnChange`], with `carried_ms` of an earlier restart
+/// still to run; deterministic (the cost does not depend on who is preempted).
+///
+/// The artifact's carry rule (`ThroughputOptimized.optimize`): when the
+/// interval restarts while an earlier restart is still running, the earlier
+/// one is abandoned and the new one pays its full cost plus a concurrent
+/// restart (`cost + estimate_concurrent_restart_cost`, i.e. `+ R_type`);
+/// otherwise the busy time is the new cost, or the carried time when nothing
+/// restarts. Samples `throughput(to) x max(0, T - busy)`, leftover `max(0,
+/// busy - T)`. A pause trains nothing and lets the carried time run out.
+#[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
+pub fn restart_liveput(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+    interval_ms: f64,
+    carried_ms: f64,
+) -> Result<LiveputValue, LiveputError> {
+    check_times(interval_ms, carried_ms)?;
+    let cost = restart_transition(profile, from, instances_before, preempted, arrived, to)?;
+    let busy = match cost.kind {
+        MigrationKind::Restart if carried_ms > 0.0 => cost.duration_ms + cost.concurrent_ms,
+        MigrationKind::Restart => cost.duration_ms,
+        _ => carried_ms,
+    };
+    let trained = match to {
+        Some(to) => samples_per_second(profile, to)? * (interval_ms - busy).max(0.0) / 1000.0,
+        None => 0.0,
+    };
+    Ok(LiveputValue { expected_samples: trained, expected_leftover_ms: (busy - interval_ms).max(0.0) })
+}
+
+/// [`liveput`] or [`restart_liveput`], as `mode` says.
+#[allow(clippy::too_many_arguments)] // the mode, the transition's six fields, the interval and carry
+pub fn liveput_with_mode(
+    mode: MigrationMode,
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+    interval_ms: f64,
+    carried_ms: f64,
+) -> Result<LiveputValue, LiveputError> {
+    match mode {
+        MigrationMode::Live => {
+            liveput(profile, from, instances_before, preempted, arrived, to, interval_ms, carried_ms)
+        }
+        MigrationMode::RestartOnChange => {
+            restart_liveput(profile, from, instances_before, preempted, arrived, to, interval_ms, carried_ms)
+        }
+    }
+}
+
+fn check_times(interval_ms: f64, carried_ms: f64) -> Result<(), LiveputError> {
+    if !(interval_ms.is_finite() && interval_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "interval_ms", value: interval_ms });
+    }
+    if !(carried_ms.is_finite() && carried_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
+    }
+    Ok(())
+}
+
+/// Samples a restart from `from` loses: the work since the last checkpoint
+/// ([`lost_work_ms`]) at `from`'s speed; 0 when nothing can be lost.
+pub fn lost_samples(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    dist: &TransitionDistribution,
+) -> Result<f64, LiveputError> {
+    match from {
+        Some(from) if dist.outcomes.iter().any(|o| o.lost_work && o.probability > 0.0) => {
+            Ok(lost_work_ms(profile) * samples_per_second(profile, from)? / 1000.0)
+        }
+        _ => Ok(0.0),
+    }
+}
+
+fn samples_per_second(profile: &ModelProfile, config: ParallelConfig) -> Result<f64, LiveputError> {
+    let entry = profile.config(config).ok_or(LiveputError::UnknownConfig { config })?;
+    plan::check_value(|| format!("configs[{config}].samples_per_second"), entry.samples_per_second)
+}
+
+fn check_config(config: ParallelConfig) -> Result<(), LiveputError> {
+    if config.data_parallel == 0 || config.pipeline_stages == 0 {
+        return Err(LiveputError::ZeroDegree { config });
+    }
+    check_size(config.instances())
+}
+
+fn check_size(instances: u64) -> Result<(), LiveputError> {
+    if instances > u64::from(MAX_INSTANCES) {
+        return Err(LiveputError::TooManyInstances { instances });
+    }
+    Ok(())
+}
+
+/// Checks the counts of a transition; the profile is checked by `plan::Model`.
+fn check_transition(
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<(), LiveputError> {
+    check_size(u64::from(instances_before))?;
+    if preempted > instances_before {
+        return Err(LiveputError::PreemptedAboveInstances { preempted, instances: instances_before });
+    }
+    let available = u64::from(instances_before - preempted) + u64::from(arrived);
+    check_size(available)?;
+    if let Some(from) = from {
+        check_config(from)?;
+        if from.instances() > u64::from(instances_before) {
+            return Err(LiveputError::FromDoesNotFit { from, instances: instances_before });
+        }
+    }
+    if let Some(to) = to {
+        check_config(to)?;
+        if to.instances() > available {
+            return Err(LiveputError::ToDoesNotFit { to, available });
+        }
+    }
+    Ok(())
+}

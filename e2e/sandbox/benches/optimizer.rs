@@ -1,0 +1,176 @@
+//! How fast the liveput optimizer decides, natively (the guest runs the same
+//! code). Run with `cargo bench -p parcae-e2e --bench optimizer`; needs
+//! `../shared` (the p3 profile and trace) beside the checkout.
+//!
+//! - `whole-trace/all-models`: the paper's policy (ARIMA forecast + liveput
+//!   plan, exact expectations, H = 12) at every interval of the 11.4 h p3
+//!   trace, for all five models, with a fresh transition cache per model.
+//! - `decision/N=32`, `decision/N=1024`: one interval's decision (H = 12) on
+//!   a fleet that just lost instances, with a cold cache (first decision of a
+//!   run) and a warm one (steady state). N = 1024 uses the GPT-1.5B profile
+//!   scaled to every width that fits ([`scaled_to`], 1,806 layouts), which
+//!   the planner prunes (`parcae_policy_core::plan`, *Pruning*).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use parcae_e2e_sandbox::workspace_root;
+use parcae_policy_core::arima::Arima;
+use parcae_policy_core::optimizer::Liveput;
+use parcae_policy_core::{
+    ConfigProfile, IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest,
+    Predictor,
+};
+use parcae_profile::{CostConstants, Profile};
+
+const MODELS: [&str; 5] = ["gpt-1.5b", "gpt-6.7b", "bert", "resnet152", "vgg19"];
+const HORIZON: u32 = 12;
+const INTERVAL_MS: u64 = 60_000;
+
+fn profiles() -> Vec<ModelProfile> {
+    let root = workspace_root();
+    let profile = Profile::load(root.join("data/profiles/p3-v100-parcae.json")).unwrap();
+    let constants = CostConstants::load(root.join("data/profiles/cost-constants.json")).unwrap();
+    MODELS.iter().map(|m| profile.model_profile(m, &constants).unwrap()).collect()
+}
+
+/// `profile` for a fleet of `n`: every profiled depth `P` gets every width up
+/// to `n / P`; a width beyond the depth's widest profiled one (`d0`, `thr0`)
+/// runs at 90% efficiency per doubling, `thr0 x (D / d0) x 0.9^log2(D / d0)`.
+/// Communicators follow the GPT rule of the artifact (`(d + p + 1 + d x p)
+/// x 500 + 35` ms to add, `x 39.3 + 35` to remove); model build time and the
+/// partitions are the depth's own.
+fn scaled_to(profile: &ModelProfile, n: u32) -> ModelProfile {
+    let mut out = profile.clone();
+    let mut widest: Vec<ConfigProfile> = Vec::new();
+    for c in &profile.configs {
+        let p = c.config.pipeline_stages;
+        match widest.iter_mut().find(|w| w.config.pipeline_stages == p) {
+            Some(w) if w.config.data_parallel < c.config.data_parallel => *w = c.clone(),
+            Some(_) => {}
+            None => widest.push(c.clone()),
+        }
+    }
+    for w in &widest {
+        let (d0, p) = (w.config.data_parallel, w.config.pipeline_stages);
+        for d in d0 + 1..=n / p {
+            let ratio = f64::from(d) / f64::from(d0);
+            let thr = w.samples_per_second * ratio * 0.9f64.powf(ratio.log2());
+            out.configs.push(ConfigProfile {
+                config: ParallelConfig::new(d, p),
+                samples_per_second: thr,
+                iteration_ms: f64::from(out.global_batch_size) * 1000.0 / thr,
+                ..w.clone()
+            });
+        }
+    }
+    for c in &mut out.configs {
+        let (d, p) = (c.config.data_parallel, c.config.pipeline_stages);
+        let groups = f64::from(d + p + 1 + d * p);
+        c.comm_rebuild_add_ms = groups * 500.0 + 35.0;
+        c.comm_rebuild_remove_ms = groups * 39.3 + 35.0;
+    }
+    out
+}
+
+fn p3_series() -> Vec<IntervalStats> {
+    let path = workspace_root().join("data/traces/aws-p3/p3-events.csv");
+    parcae_traces::load(&path).unwrap().series(INTERVAL_MS).unwrap().intervals
+}
+
+/// The control loop of `parcae-host replay`, natively: returns the samples the
+/// plans expect, so the work cannot be optimised away.
+fn run_policy(profile: &ModelProfile, series: &[IntervalStats]) -> f64 {
+    let (mut arima, mut liveput) = (Arima::default(), Liveput::default());
+    let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
+    let mut current = None;
+    let mut expected = 0.0;
+    for k in 0..series.len() {
+        let predict = PredictRequest {
+            history: series[..=k].to_vec(),
+            horizon: HORIZON - 1,
+            interval_ms: INTERVAL_MS,
+            fleet_min: 0,
+            fleet_max,
+        };
+        let mut forecast = vec![series[k]];
+        forecast.extend(arima.predict(&predict).unwrap());
+        let plan = liveput
+            .optimize(&OptimizeRequest {
+                forecast,
+                instances_now: series[k].instances,
+                current,
+                interval_ms: INTERVAL_MS,
+                profile: profile.clone(),
+            })
+            .unwrap();
+        current = plan.steps[0].config;
+        expected += plan.steps[0].expected_samples;
+    }
+    expected
+}
+
+fn decision_request(
+    profile: &ModelProfile,
+    before: u32,
+    lost: u32,
+    current: ParallelConfig,
+) -> OptimizeRequest {
+    let now = before - lost;
+    let mut forecast = vec![IntervalStats { instances: now, arrivals: 0, preemptions: lost }];
+    let mut n = now;
+    for i in 1..HORIZON {
+        // Keep shrinking for a while, then recover: exercises preemptions and arrivals.
+        let next = if i < 4 { n - n / 16 } else { (n + n / 8).min(before) };
+        forecast.push(IntervalStats {
+            instances: next,
+            arrivals: next.saturating_sub(n),
+            preemptions: n.saturating_sub(next),
+        });
+        n = next;
+    }
+    OptimizeRequest {
+        forecast,
+        instances_now: now,
+        current: Some(current),
+        interval_ms: INTERVAL_MS,
+        profile: profile.clone(),
+    }
+}
+
+fn whole_trace(c: &mut Criterion) {
+    let profiles = profiles();
+    let series = p3_series();
+    let mut group = c.benchmark_group("whole-trace");
+    group.sample_size(10).measurement_time(Duration::from_secs(60));
+    group.bench_function("all-models", |b| {
+        b.iter(|| profiles.iter().map(|p| run_policy(p, black_box(&series))).sum::<f64>())
+    });
+    group.finish();
+}
+
+fn decisions(c: &mut Criterion) {
+    let gpt = profiles().remove(0);
+    let big = scaled_to(&gpt, 1024);
+    let cases = [
+        ("N=32", decision_request(&gpt, 32, 3, ParallelConfig::new(4, 8)), &gpt),
+        ("N=1024", decision_request(&big, 1024, 32, ParallelConfig::new(64, 16)), &big),
+    ];
+    let mut group = c.benchmark_group("decision");
+    group.sample_size(10).measurement_time(Duration::from_secs(20));
+    for (name, request, _) in &cases {
+        group.bench_function(format!("{name}/cold-cache"), |b| {
+            b.iter(|| Liveput::default().optimize(black_box(request)).unwrap())
+        });
+        let mut warm = Liveput::default();
+        warm.optimize(request).unwrap();
+        group.bench_function(format!("{name}/warm-cache"), |b| {
+            b.iter(|| warm.optimize(black_box(request)).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, whole_trace, decisions);
+criterion_main!(benches);
