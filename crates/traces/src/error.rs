@@ -77,6 +77,9 @@ pub enum TraceError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// A synthetic trace could not be generated or fitted.
+    #[error(transparent)]
+    Synth(#[from] crate::synth::SynthError),
 }
 
 impl TraceError {
@@ -98,6 +101,7 @@ impl TraceError {
             | TraceError::Empty { path, .. }
             | TraceError::Malformed { path, .. }
             | TraceError::Interval { path, .. } => path,
+            TraceError::Synth(e) => e.path(),
         }
     }
 }

@@ -25,6 +25,7 @@ mod format;
 mod model;
 mod parse;
 mod stats;
+pub mod synth;
 mod write;
 
 use std::path::Path;
