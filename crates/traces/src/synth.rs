@@ -323,7 +323,7 @@ impl SynthSpec {
         self.check()?;
         const STEP_MS: u64 = 1_000;
         let end_ms = (self.hours * 3_600_000.0).round() as u64;
-        let mut rng = SplitMix64(self.seed ^ 0x5EED_0F_7EACE5);
+        let mut rng = SplitMix64(self.seed ^ 0x5EED_0F7E_ACE5);
         let mut out = String::from("t_ms,op,node\n");
         let mut alive: Vec<u64> = Vec::new();
         let mut next_id = 1u64;
