@@ -8,6 +8,7 @@
 
 pub mod arima;
 pub mod churn;
+pub mod guard;
 pub mod liveput;
 pub mod optimizer;
 pub mod plan;

@@ -1,0 +1,283 @@
+//! A regret guard: follow the forecast-driven planner only while it is
+//! actually doing at least as well as the reactive baseline would have on the
+//! same fleet, judged by the cost model on what really happened.
+//!
+//! # Why
+//!
+//! A planner that acts on a forecast can lose to a policy that only reacts,
+//! on fleets unlike the ones it was designed on: a forecast that keeps
+//! predicting changes that do not come makes it repartition for nothing, and
+//! a forecast that misses a pattern makes it hold a layout the fleet no longer
+//! suits. Which one wins is a property of the fleet, and the fleet's history
+//! says which: both policies can be replayed on it.
+//!
+//! # How
+//!
+//! The guard keeps a **shadow** of each candidate: the layout it would be
+//! running had it been in charge from the start, and the migration time it
+//! would still carry. Every interval, each shadow decides (the candidate's own
+//! optimizer, called with the shadow's layout as `current`) and is scored on
+//! the interval just observed (its arrivals and preemptions are in the request)
+//! with the exact expected liveput of the cost model ([`crate::liveput::liveput`]):
+//! the same number `bench` would give that candidate over the same prefix. Scores
+//! are exponentially weighted sums with a time constant of
+//! [`GuardSettings::window_intervals`], so the guard follows the fleet's recent
+//! character, not its distant past. The candidate in charge changes only when
+//! the other's score exceeds it by [`GuardSettings::margin`] (a fraction of the
+//! leader's score), so two nearly equal candidates do not make the real job
+//! flap between them. The real decision is the leader's plan for the real
+//! current layout.
+//!
+//! What this guarantees: over any window the real job earns about what the
+//! better candidate earned, less the migrations of a switch and the lag of the
+//! window. What it does not: it cannot beat both candidates where each wins a
+//! different part of the window.
+//!
+//! Everything is `+ - * /` on `f64` and the candidates' own deterministic code,
+//! so a guest computes the same decisions bit for bit as the host.
+
+use crate::liveput::liveput;
+use crate::reactive::ThroughputOptimal;
+use crate::robust::RobustLiveput;
+use crate::{IntervalStats, OptimizeRequest, Optimizer, ParallelConfig, Plan, PredictRequest, Predictor};
+
+/// The guard's two knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GuardSettings {
+    /// Time constant of the scores, in intervals (the weight of an interval
+    /// `w` ago is `(1 - 1/window)^w`).
+    pub window_intervals: f64,
+    /// The challenger must beat the leader's score by this fraction of it.
+    pub margin: f64,
+}
+
+impl Default for GuardSettings {
+    /// Six hours of one-minute intervals, 1%: long enough that one burst does
+    /// not decide, short enough to follow a fleet that changes character
+    /// within a day.
+    fn default() -> Self {
+        GuardSettings { window_intervals: 360.0, margin: 0.01 }
+    }
+}
+
+/// Which candidate is in charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Candidate {
+    /// The forecast-driven planner ([`RobustLiveput`]).
+    #[default]
+    Planner,
+    /// The reactive throughput-optimal baseline ([`ThroughputOptimal`]).
+    Reactive,
+}
+
+/// What a candidate would be doing had it been in charge all along.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Shadow {
+    /// The layout it runs.
+    pub layout: Option<ParallelConfig>,
+    /// Migration time it still carries into the next interval, ms.
+    pub carried_ms: f64,
+    /// Its exponentially weighted expected samples.
+    pub score: f64,
+}
+
+/// The guarded policy: [`RobustLiveput`] under a regret guard against
+/// [`ThroughputOptimal`] (see the module documentation). Serves as both
+/// predictor and optimizer, and must, as [`RobustLiveput`] must.
+#[derive(Debug, Clone, Default)]
+pub struct GuardedLiveput {
+    /// The forecast-driven candidate.
+    pub planner: RobustLiveput,
+    /// The guard's knobs.
+    pub settings: GuardSettings,
+    shadows: [Shadow; 2],
+    leader: Candidate,
+    /// The last interval the shadows were advanced on, so that a second
+    /// `optimize` for the same interval does not score it twice.
+    last_scored: Option<(usize, IntervalStats)>,
+    intervals_seen: usize,
+}
+
+impl GuardedLiveput {
+    /// A guard with explicit settings.
+    pub fn with_settings(settings: GuardSettings) -> Self {
+        GuardedLiveput { settings, ..GuardedLiveput::default() }
+    }
+
+    /// The candidate in charge now.
+    pub fn leader(&self) -> Candidate {
+        self.leader
+    }
+
+    /// The shadow of `candidate`.
+    pub fn shadow(&self, candidate: Candidate) -> Shadow {
+        self.shadows[candidate as usize]
+    }
+
+    fn plan_with(&mut self, candidate: Candidate, request: &OptimizeRequest) -> Result<Plan, String> {
+        match candidate {
+            Candidate::Planner => self.planner.optimize(request),
+            Candidate::Reactive => ThroughputOptimal.optimize(request),
+        }
+    }
+
+    /// Advances both shadows over the interval that `request` observed (its
+    /// first forecast record), once per interval.
+    fn advance_shadows(&mut self, request: &OptimizeRequest) -> Result<(), String> {
+        let Some(&observed) = request.forecast.first() else {
+            return Ok(());
+        };
+        // The predictor is called once per interval before the optimizer: its
+        // count says which interval this is, so a repeated optimize (the host
+        // re-planning mid-interval) scores nothing twice.
+        let key = (self.intervals_seen, observed);
+        if self.last_scored == Some(key) {
+            return Ok(());
+        }
+        self.last_scored = Some(key);
+        let before = (observed.instances + observed.preemptions).checked_sub(observed.arrivals).ok_or_else(|| {
+            format!(
+                "observed interval {observed:?} has more arrivals than instances after them: not a consistent interval"
+            )
+        })?;
+        let keep = 1.0 - 1.0 / self.settings.window_intervals.max(1.0);
+        let interval_ms = request.interval_ms as f64;
+        for candidate in [Candidate::Planner, Candidate::Reactive] {
+            let shadow = self.shadows[candidate as usize];
+            let mut own = request.clone();
+            own.current = shadow.layout;
+            let decision = self.plan_with(candidate, &own)?.steps.first().and_then(|s| s.config);
+            let value = liveput(
+                &request.profile,
+                shadow.layout,
+                before,
+                observed.preemptions.min(before),
+                observed.arrivals,
+                decision,
+                interval_ms,
+                shadow.carried_ms,
+            )
+            .map_err(|e| format!("scoring the {candidate:?} shadow: {e}"))?;
+            self.shadows[candidate as usize] = Shadow {
+                layout: decision,
+                carried_ms: value.expected_leftover_ms,
+                score: keep * shadow.score + value.expected_samples,
+            };
+        }
+        let (planner, reactive) = (self.shadows[0].score, self.shadows[1].score);
+        let margin = self.settings.margin;
+        self.leader = match self.leader {
+            Candidate::Planner if reactive > planner + margin * planner.abs() => Candidate::Reactive,
+            Candidate::Reactive if planner > reactive + margin * reactive.abs() => Candidate::Planner,
+            leader => leader,
+        };
+        Ok(())
+    }
+}
+
+impl Predictor for GuardedLiveput {
+    fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
+        self.intervals_seen = request.history.len();
+        self.planner.predict(request)
+    }
+}
+
+impl Optimizer for GuardedLiveput {
+    fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
+        self.advance_shadows(request)?;
+        self.plan_with(self.leader, request)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests::toy_profile;
+
+    fn request(observed: IntervalStats, current: Option<ParallelConfig>, horizon: usize) -> OptimizeRequest {
+        let steady = IntervalStats { instances: observed.instances, arrivals: 0, preemptions: 0 };
+        let mut forecast = vec![observed];
+        forecast.extend(std::iter::repeat_n(steady, horizon - 1));
+        OptimizeRequest {
+            forecast,
+            instances_now: observed.instances,
+            current,
+            interval_ms: 60_000,
+            profile: toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0), (4, 2, 44.0), (1, 1, 8.0)], 600_000.0),
+        }
+    }
+
+    /// Runs the guard over `history` the way the host does (predict, then
+    /// optimize, applying the first step); returns the decisions.
+    fn drive(guard: &mut GuardedLiveput, history: &[IntervalStats]) -> Vec<Option<ParallelConfig>> {
+        let mut current = None;
+        let mut decisions = Vec::new();
+        for k in 0..history.len() {
+            let predict = PredictRequest {
+                history: history[..=k].to_vec(),
+                horizon: 6,
+                interval_ms: 60_000,
+                fleet_min: 0,
+                fleet_max: 16,
+            };
+            guard.predict(&predict).unwrap();
+            let plan = guard.optimize(&request(history[k], current, 6)).unwrap();
+            current = plan.steps[0].config;
+            decisions.push(current);
+        }
+        decisions
+    }
+
+    #[test]
+    fn shadows_score_what_the_simulator_would() {
+        // A steady fleet: both candidates settle on a layout and earn the
+        // same; the planner stays in charge.
+        let history = IntervalStats::chain_from(0, &[8; 30]);
+        let mut guard = GuardedLiveput::default();
+        drive(&mut guard, &history);
+        assert_eq!(guard.leader(), Candidate::Planner);
+        let (p, r) = (guard.shadow(Candidate::Planner), guard.shadow(Candidate::Reactive));
+        assert!(p.score > 0.0 && r.score > 0.0);
+        assert!((p.score - r.score).abs() <= 0.02 * r.score, "{p:?} vs {r:?}");
+    }
+
+    #[test]
+    fn a_repeated_optimize_scores_nothing_twice() {
+        let history = IntervalStats::chain_from(0, &[8, 8, 7, 8]);
+        let mut guard = GuardedLiveput::default();
+        drive(&mut guard, &history);
+        let before = guard.clone();
+        let again = guard.optimize(&request(history[3], guard.shadow(Candidate::Planner).layout, 6)).unwrap();
+        assert_eq!(guard.shadow(Candidate::Planner), before.shadow(Candidate::Planner));
+        assert_eq!(guard.shadow(Candidate::Reactive), before.shadow(Candidate::Reactive));
+        assert!(!again.steps.is_empty());
+    }
+
+    #[test]
+    fn the_guard_hands_over_when_the_challenger_pulls_ahead() {
+        // Force the planner's shadow behind and check the hand-over and the
+        // hysteresis.
+        let history = IntervalStats::chain_from(0, &[8; 5]);
+        let mut guard = GuardedLiveput::with_settings(GuardSettings { window_intervals: 1e9, margin: 0.5 });
+        drive(&mut guard, &history);
+        guard.shadows[Candidate::Reactive as usize].score = 1.4 * guard.shadows[0].score;
+        guard.intervals_seen += 1;
+        guard.advance_shadows(&request(history[4], None, 6)).unwrap();
+        assert_eq!(guard.leader(), Candidate::Planner, "within the margin: no switch");
+        guard.shadows[Candidate::Reactive as usize].score = 2.0 * guard.shadows[0].score;
+        guard.intervals_seen += 1;
+        guard.advance_shadows(&request(history[4], None, 6)).unwrap();
+        assert_eq!(guard.leader(), Candidate::Reactive);
+        let plan = guard.optimize(&request(history[4], None, 6)).unwrap();
+        let reactive = ThroughputOptimal.optimize(&request(history[4], None, 6)).unwrap();
+        assert_eq!(plan, reactive, "the reactive leader plans exactly as the baseline");
+    }
+
+    #[test]
+    fn inconsistent_intervals_are_errors() {
+        let mut guard = GuardedLiveput::default();
+        let bad = IntervalStats { instances: 2, arrivals: 5, preemptions: 0 };
+        let err = guard.optimize(&request(bad, None, 4)).unwrap_err();
+        assert!(err.contains("more arrivals than instances"), "{err}");
+    }
+}
