@@ -41,13 +41,13 @@
 
 use std::collections::BTreeMap;
 
-use parcae_policy_core::liveput::MigrationKind;
+use parcae_policy_core::liveput::{self, MigrationKind};
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 
 use super::rng::SplitMix64;
 use super::{
     BambooConstants, BambooModel, BambooSpeed, Peer, PeerError, PeerRun, PeerSettings, check_series,
-    cold_start_ms, lost_samples_at, model_entry, never_runs, record, train,
+    cold_start_ms, model_entry, never_runs, record, train,
 };
 use crate::{IntervalRecord, KindProbabilities, PeerConstants, summarize};
 
@@ -212,7 +212,8 @@ impl Run<'_> {
     ) -> Result<IntervalRecord, PeerError> {
         let p = self.plan.depth;
         let running = self.config.is_some();
-        let before_config = self.config;
+        // Bamboo's own speed before the events: what the lost work was worth.
+        let before_speed = self.speed;
         let mut dead = vec![false; self.nodes.len()];
         let mut fatal = false;
         let mut failovers = 0;
@@ -261,7 +262,7 @@ impl Run<'_> {
             }
             if wiped {
                 self.events.wiped += 1;
-                lost = before_config.map_or(0.0, |c| lost_samples_at(self.profile, c));
+                lost = liveput::lost_work_ms(self.profile) * before_speed / 1000.0;
             }
             match best {
                 Some((d, speed)) => {
