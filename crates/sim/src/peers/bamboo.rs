@@ -9,20 +9,25 @@
 //!   state: the depth is at least `memory_depth_factor x` the shallowest
 //!   memory-feasible (profiled) depth; among the profiled depths that qualify,
 //!   the one fastest at the trace's peak fleet is used throughout.
-//! - **Speed.** The profile's throughput of `(D, P)`, slowed by the redundant
-//!   forward passes that do not fit into the pipeline bubbles: with `M =
-//!   global batch / (D x micro-batch)` micro-batches per pipeline, an iteration
-//!   takes `(M + P - 1)` stage-slots of which `M` are useful; the redundant
-//!   work adds `forward_fraction x M`, so the step time grows by `max(1, (1 +
-//!   forward_fraction) M / (M + P - 1))`.
+//! - **Speed** ([`BambooSpeed`]). By default the profile's throughput of `(D,
+//!   P)`, slowed by the redundant forward passes that do not fit into the
+//!   pipeline bubbles: with `M = global batch / (D x micro-batch)`
+//!   micro-batches per pipeline, an iteration takes `(M + P - 1)` stage-slots
+//!   of which `M` are useful; the redundant work adds `forward_fraction x M`,
+//!   so the step time grows by `max(1, (1 + forward_fraction) M / (M + P -
+//!   1))`. The sensitivity variant divides the throughput by
+//!   `artifact_slowdown` instead (the Oobleck artifact's Bamboo table).
 //! - **A preemption** of node `(i, j)` is absorbed by its predecessor `(i, j -
 //!   1)`, which already holds stage `j`: no pause, but while a node runs two
 //!   stages every step is `fallback_slowdown` times longer. If the predecessor
 //!   is gone too (two consecutive stages lost), or the preempted node was
 //!   itself covering for its successor, the failure is fatal: a global
-//!   rendezvous and a reconfiguration (`global_rendezvous_ms +
-//!   reconfigure_ms`); when no surviving node holds some stage, the job also
-//!   reloads the checkpoint and loses the work since it.
+//!   rendezvous (`global_rendezvous_ms`; both released simulators resume
+//!   training when its timeout fires, with no local reconfiguration on top);
+//!   when no surviving node holds some stage, the job also reloads the
+//!   checkpoint and loses the work since it. The preemption notice changes
+//!   nothing: Bamboo's recovery is its redundant computation, and neither
+//!   simulator takes a notice.
 //! - **Reconfiguration** (`reconfigure_ms`, every node gets fresh coordinates)
 //!   when, after the interval's events, the simulator's rule says so: there are
 //!   waiting instances to replace every overloaded node, or the chance that the
@@ -36,13 +41,13 @@
 
 use std::collections::BTreeMap;
 
-use parcae_policy_core::liveput::MigrationKind;
+use parcae_policy_core::liveput::{self, MigrationKind};
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 
 use super::rng::SplitMix64;
 use super::{
-    BambooConstants, BambooModel, Peer, PeerError, PeerRun, PeerSettings, check_series, cold_start_ms,
-    lost_samples_at, model_entry, never_runs, record, train,
+    BambooConstants, BambooModel, BambooSpeed, Peer, PeerError, PeerRun, PeerSettings, check_series,
+    cold_start_ms, model_entry, never_runs, record, train,
 };
 use crate::{IntervalRecord, KindProbabilities, PeerConstants, summarize};
 
@@ -99,7 +104,12 @@ impl BambooPlan {
                 let micro = f64::from(profile.global_batch_size)
                     / (f64::from(d) * f64::from(profile.micro_batch_size.max(1)));
                 let p = f64::from(depth);
-                let factor = ((1.0 + c.forward_fraction) * micro / (micro + p - 1.0)).max(1.0);
+                let factor = match c.speed {
+                    BambooSpeed::RedundantCompute => {
+                        ((1.0 + c.forward_fraction) * micro / (micro + p - 1.0)).max(1.0)
+                    }
+                    BambooSpeed::OobleckArtifact => c.artifact_slowdown,
+                };
                 (d, factor, e.samples_per_second / factor)
             })
             .collect();
@@ -202,7 +212,8 @@ impl Run<'_> {
     ) -> Result<IntervalRecord, PeerError> {
         let p = self.plan.depth;
         let running = self.config.is_some();
-        let before_config = self.config;
+        // Bamboo's own speed before the events: what the lost work was worth.
+        let before_speed = self.speed;
         let mut dead = vec![false; self.nodes.len()];
         let mut fatal = false;
         let mut failovers = 0;
@@ -242,7 +253,7 @@ impl Run<'_> {
         let mut lost = 0.0;
         let mut transition = None;
         let mut kind = MigrationKind::None;
-        let restart_ms = self.c.global_rendezvous_ms + self.model.reconfigure_ms;
+        let restart_ms = self.c.global_rendezvous_ms;
         let reload = self.profile.checkpoint_restart_ms;
         let reload_ms = move |wiped: bool| if wiped { reload } else { 0.0 };
         if running && (fatal || best.is_none()) {
@@ -251,7 +262,7 @@ impl Run<'_> {
             }
             if wiped {
                 self.events.wiped += 1;
-                lost = before_config.map_or(0.0, |c| lost_samples_at(self.profile, c));
+                lost = liveput::lost_work_ms(self.profile) * before_speed / 1000.0;
             }
             match best {
                 Some((d, speed)) => {
@@ -412,12 +423,16 @@ fn simulate(
             .and_then(|(d, _)| plan.layouts.iter().find(|l| l.0 == d))
             .map_or_else(|| "-".to_string(), |l| format!("x{:.3}", l.1));
         format!(
-            "bamboo ({}): {}-stage pipelines (at least {} to hold a successor's stage too); redundant forward \
-             passes slow steps by {factor} at the peak layout; fail-over slowdown x{}, fatal failure {:.0} s \
-             rendezvous + {:.0} s reconfiguration",
+            "bamboo ({}): {}-stage pipelines (at least {} to hold a successor's stage too); {} slow steps by \
+             {factor} at the peak layout; fail-over slowdown x{}, fatal failure {:.0} s global rendezvous, \
+             re-balancing {:.0} s",
             model.paper_model,
             plan.depth,
             plan.required_depth,
+            match c.speed {
+                BambooSpeed::RedundantCompute => "redundant forward passes",
+                BambooSpeed::OobleckArtifact => "the Oobleck artifact's Bamboo-versus-Oobleck ratio",
+            },
             c.fallback_slowdown,
             c.global_rendezvous_ms / 1000.0,
             model.reconfigure_ms / 1000.0
@@ -502,7 +517,7 @@ mod tests {
     }
 
     /// Toy profile, factor 1 (so 2-deep pipelines qualify), no redundant
-    /// slowdown, fail-over x2, fatal 3 s + 6 s, never re-balance for risk.
+    /// slowdown, fail-over x2, fatal 3 s, re-balance 6 s, never re-balance for risk.
     /// Peak 4: (2, 2) and (1, 4) both 40/s; the shallower is used: P = 2.
     /// Nodes 0..4 get (0,0) (0,1) (1,0) (1,1).
     #[test]
@@ -531,12 +546,12 @@ mod tests {
             let run = bamboo_with_victims(&p, &series, &c, &settings(), &[vec![], order.clone()]).unwrap();
             let r = &run.result.intervals;
             // Pipeline 1 survives whole: nothing lost; 2 nodes: (1, 2) at 20/s
-            // after 3 s + 6 s.
+            // after the 3 s global rendezvous.
             assert_eq!(r[1].config, Some(ParallelConfig::new(1, 2)), "{order:?}");
             assert_eq!(r[1].kinds.restart, 1.0);
-            assert_eq!(r[1].migration_ms, 9000.0);
+            assert_eq!(r[1].migration_ms, 3000.0);
             assert_eq!(r[1].lost_samples, 0.0);
-            assert_eq!(r[1].samples, 20.0 * 51.0);
+            assert_eq!(r[1].samples, 20.0 * 57.0);
         }
         // Two losses in different pipelines are absorbed (no fatal failure),
         // but with 2 of the 2 remaining active nodes overloaded the risk rule
@@ -559,8 +574,8 @@ mod tests {
         let r = &run.result.intervals;
         assert_eq!(r[1].kinds.intra_stage, 1.0);
         assert_eq!(r[2].kinds.restart, 1.0);
-        assert_eq!(r[2].migration_ms, 9000.0);
-        assert_eq!(r[2].samples, 20.0 * 51.0);
+        assert_eq!(r[2].migration_ms, 3000.0);
+        assert_eq!(r[2].samples, 20.0 * 57.0);
         // Losing a node that covers no one is absorbed again instead.
         let run = bamboo_with_victims(&p, &series, &c, &settings(), &[vec![], vec![1], vec![2]]).unwrap();
         assert_eq!(run.result.intervals[2].kinds.restart, 0.0);
@@ -578,9 +593,9 @@ mod tests {
         assert_eq!(r[0].samples, 20.0 * 50.0);
         assert_eq!(r[1].config, None);
         assert_eq!(r[1].lost_samples, 600.0 * 20.0);
-        // Back with 2: rendezvous 3 s + reconfiguration 6 s + reload 10 s.
-        assert_eq!(r[2].migration_ms, 19_000.0);
-        assert_eq!(r[2].samples, 20.0 * 41.0);
+        // Back with 2: rendezvous 3 s + reload 10 s.
+        assert_eq!(r[2].migration_ms, 13_000.0);
+        assert_eq!(r[2].samples, 20.0 * 47.0);
     }
 
     #[test]

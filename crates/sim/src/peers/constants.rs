@@ -54,8 +54,26 @@ pub struct BambooConstants {
     /// Reconfigure when `2 x overloaded / active nodes` exceeds this (the
     /// chance that the next preemption is fatal).
     pub overloaded_fraction_limit: f64,
+    /// Which of the two contested figures for Bamboo's speed is used.
+    pub speed: BambooSpeed,
+    /// Oobleck's throughput over Bamboo's at the same fleet in the Oobleck
+    /// artifact's tables: the step-time factor of [`BambooSpeed::OobleckArtifact`].
+    pub artifact_slowdown: f64,
     /// Per model (profile model names).
     pub models: BTreeMap<String, BambooModel>,
+}
+
+/// Bamboo's speed on a layout: sources disagree, so the choice is explicit
+/// and the other one stays available as a sensitivity variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BambooSpeed {
+    /// The profile's throughput slowed by the redundant forward passes that
+    /// do not fit the pipeline bubbles (derived from Bamboo's mechanism).
+    RedundantCompute,
+    /// The profile's throughput divided by `artifact_slowdown` (the Oobleck
+    /// artifact's measured Bamboo-versus-Oobleck ratio).
+    OobleckArtifact,
 }
 
 /// Bamboo's figures for one model.
@@ -203,6 +221,14 @@ fn check_models<M>(
 }
 
 impl PeerConstants {
+    /// The same constants with Bamboo's speed taken from `speed`: the bench's
+    /// sensitivity row for the figure not chosen in the file.
+    pub fn with_bamboo_speed(&self, speed: BambooSpeed) -> PeerConstants {
+        let mut out = self.clone();
+        out.bamboo.speed = speed;
+        out
+    }
+
     /// Checks every value and that every constant is cited.
     pub fn validate(&self) -> Result<(), ConstantsError> {
         let b = &self.bamboo;
@@ -215,6 +241,8 @@ impl PeerConstants {
                 "fallback_slowdown",
                 "global_rendezvous_ms",
                 "overloaded_fraction_limit",
+                "speed",
+                "artifact_slowdown",
             ],
         )?;
         check_range("bamboo.memory_depth_factor".into(), b.memory_depth_factor, 1.0, true)?;
@@ -222,6 +250,7 @@ impl PeerConstants {
         check_range("bamboo.fallback_slowdown".into(), b.fallback_slowdown, 1.0, true)?;
         check_range("bamboo.global_rendezvous_ms".into(), b.global_rendezvous_ms, 0.0, true)?;
         check_range("bamboo.overloaded_fraction_limit".into(), b.overloaded_fraction_limit, 0.0, true)?;
+        check_range("bamboo.artifact_slowdown".into(), b.artifact_slowdown, 1.0, true)?;
         check_models("bamboo", &b.models, |path, m| {
             check_text(format!("{path}.paper_model"), &m.paper_model)?;
             check_text(format!("{path}.source"), &m.source)?;

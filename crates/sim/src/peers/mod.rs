@@ -8,8 +8,9 @@
 //!   slowdown; losing two consecutive stages, or a node already covering for
 //!   its successor, is a fatal failure (global rendezvous, reconfiguration).
 //! - [`varuna`] (Athlur et al., EuroSys'22): checkpoint every k iterations;
-//!   every fleet change restarts from the last checkpoint in the best layout
-//!   for the new size, losing the work since that checkpoint.
+//!   a preemption restarts the job in the best layout for the instances left
+//!   (arrivals wait for that restart), losing the work since the last
+//!   checkpoint unless the preemption notice leaves time to write one.
 //! - [`oobleck`] (Jang et al., SOSP'23): pipeline templates with at least `f +
 //!   1` replicas, reconfiguration in seconds from surviving replicas, no
 //!   checkpoint overhead; it cannot run when no template set fits.
@@ -17,8 +18,19 @@
 //!   cost reference.
 //!
 //! The constants (restart and reconfiguration times, slowdowns...) come from a
-//! data file ([`PeerConstants`], `profiles/peer-constants.json`) where each one
-//! cites its source.
+//! data file ([`PeerConstants`], `data/profiles/peer-constants.json`) where
+//! each one cites its source.
+//!
+//! # Library API for the bench
+//!
+//! - [`run`] simulates one peer given the deployment's preemption notice (ms,
+//!   0 = unannounced); the per-peer functions are the same without a notice.
+//! - [`own_ideal_samples`] is a peer's own overhead-free throughput (its
+//!   layout rule and speed, no reconfiguration of any kind): the denominator
+//!   the authors' simulators are compared with (`data/peers/`).
+//! - [`PeerConstants::with_bamboo_speed`] gives the sensitivity variant of
+//!   Bamboo's contested speed ([`BambooSpeed`]); the bench shows it as an
+//!   extra row (e.g. `bamboo-slow`).
 //!
 //! # Common rules (the same for every system, Parcae included)
 //!
@@ -52,17 +64,18 @@ mod rng;
 mod varuna;
 
 use parcae_policy_core::liveput::{self, MigrationKind};
+use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 use serde::Serialize;
 
 pub use bamboo::{BambooPlan, bamboo, bamboo_with_victims};
 pub use constants::{
-    BambooConstants, BambooModel, ConstantsError, OnDemandConstants, OobleckConstants, OobleckModel,
-    OobleckReconfiguration, PeerConstants, VarunaConstants, VarunaModel,
+    BambooConstants, BambooModel, BambooSpeed, ConstantsError, OnDemandConstants, OobleckConstants,
+    OobleckModel, OobleckReconfiguration, PeerConstants, VarunaConstants, VarunaModel,
 };
 pub use on_demand::on_demand;
 pub use oobleck::oobleck;
-pub use varuna::{varuna, young_interval_ms};
+pub use varuna::{varuna, varuna_with_notice, young_interval_ms};
 
 use crate::{IntervalRecord, KindProbabilities, Prices, SimError, SimResult};
 
@@ -143,6 +156,72 @@ pub enum PeerError {
     /// A simulation error (inconsistent series, cost model...).
     #[error(transparent)]
     Sim(#[from] SimError),
+}
+
+/// Simulates `peer` on `series` when each preemption is announced
+/// `notice_ms` ahead (0: unannounced). Only Varuna's recovery uses the notice
+/// (it checkpoints on the signal); Bamboo and Oobleck recover the same way
+/// either way (see their modules), and the on-demand fleet is never preempted.
+pub fn run(
+    peer: Peer,
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    constants: &PeerConstants,
+    settings: &PeerSettings,
+    notice_ms: u64,
+) -> Result<PeerRun, PeerError> {
+    match peer {
+        Peer::Bamboo => bamboo(profile, series, constants, settings),
+        Peer::Varuna => varuna_with_notice(profile, series, constants, settings, notice_ms),
+        Peer::Oobleck => oobleck(profile, series, constants, settings),
+        Peer::OnDemand => on_demand(profile, series, constants, settings),
+    }
+}
+
+/// Samples `peer` would train on `series` with no overhead at all: in every
+/// interval, its own layout rule's speed for the instances alive (Bamboo: its
+/// pipeline depth and speed, 0 when it cannot run the model; Varuna: the
+/// fastest profiled layout; Oobleck: the fastest with `f + 1` pipelines;
+/// on-demand: its fixed fleet). A peer's result over this is "percent of its
+/// own ideal", the figure its authors' simulators are compared on.
+pub fn own_ideal_samples(
+    peer: Peer,
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    constants: &PeerConstants,
+    interval_ms: u64,
+) -> Result<f64, PeerError> {
+    check_series(series)?;
+    let seconds = interval_ms as f64 / 1000.0;
+    let speed_of = |instances: u32| -> Result<f64, PeerError> {
+        Ok(match peer {
+            Peer::Bamboo => {
+                model_entry(peer, &constants.bamboo.models, &profile.model)?;
+                let peak = series.iter().map(|s| s.instances).max().unwrap_or(0);
+                BambooPlan::choose(profile, &constants.bamboo, peak)
+                    .ok()
+                    .and_then(|plan| plan.best(instances as usize))
+                    .map_or(0.0, |(_, speed)| speed)
+            }
+            Peer::Varuna => {
+                model_entry(peer, &constants.varuna.models, &profile.model)?;
+                best_config_for(profile, instances).map_or(0.0, |c| c.samples_per_second)
+            }
+            Peer::Oobleck => {
+                model_entry(peer, &constants.oobleck.models, &profile.model)?;
+                let replicas = constants.oobleck.fault_tolerance.saturating_add(1);
+                oobleck::layout(profile, instances, replicas).map_or(0.0, |c| throughput(profile, c))
+            }
+            Peer::OnDemand => {
+                let fleet = constants
+                    .on_demand
+                    .fleet_instances
+                    .unwrap_or_else(|| series.iter().map(|s| s.instances).max().unwrap_or(0));
+                best_config_for(profile, fleet).map_or(0.0, |c| c.samples_per_second)
+            }
+        })
+    };
+    series.iter().map(|s| speed_of(s.instances).map(|speed| speed * seconds)).sum()
 }
 
 /// The model entry of one peer's table, or [`PeerError::MissingModel`].
@@ -324,12 +403,16 @@ pub(crate) mod testing {
                     "fallback_slowdown",
                     "global_rendezvous_ms",
                     "overloaded_fraction_limit",
+                    "speed",
+                    "artifact_slowdown",
                 ]),
                 memory_depth_factor: 1.0,
                 forward_fraction: 0.0,
                 fallback_slowdown: 2.0,
                 global_rendezvous_ms: 3000.0,
                 overloaded_fraction_limit: 1.0,
+                speed: BambooSpeed::RedundantCompute,
+                artifact_slowdown: 4.0,
                 models: [(
                     "toy".to_string(),
                     BambooModel { paper_model: "toy".into(), reconfigure_ms: 6000.0, source: "test".into() },

@@ -32,7 +32,7 @@ use super::{
 use crate::{IntervalRecord, KindProbabilities, PeerConstants, SimError, summarize};
 
 /// The fastest profiled layout with at least `replicas` pipelines within `instances`.
-fn layout(profile: &ModelProfile, instances: u32, replicas: u32) -> Option<ParallelConfig> {
+pub(super) fn layout(profile: &ModelProfile, instances: u32, replicas: u32) -> Option<ParallelConfig> {
     profile
         .configs
         .iter()

@@ -1,13 +1,24 @@
-//! Varuna (Athlur et al., EuroSys'22), as compared in the Oobleck paper's
-//! artifact (`tools/simulator/varuna_simulator.py`): training writes a
-//! checkpoint every k iterations (training waits while it is written); every
-//! change of the fleet restarts the job in the throughput-optimal layout for
-//! the new size. A preemption rolls the job back to its last completed
-//! checkpoint (the work since is lost, and so is a checkpoint being written);
-//! when instances only arrive, the job first writes a checkpoint (nothing is
-//! lost) and then restarts. A restart costs the model's published restart time;
-//! the first start costs the profile's cold start. Deterministic: the outcome
-//! does not depend on which instances are preempted.
+//! Varuna (Athlur et al., EuroSys'22), as its authors' comparison models it
+//! (the Oobleck artifact, `tools/simulator/varuna_simulator.py`): training
+//! writes a checkpoint every k iterations (training waits while it is
+//! written); a preemption restarts the job in the throughput-optimal layout
+//! for the instances then alive. Instances that only arrive do not restart the
+//! job: they wait and join at the next restart (the artifact counts a ready
+//! instance as waiting while the job runs, and its reconfiguration rule is
+//! off: `simulate_should_reconfigure` returns `False`), or start it when
+//! nothing runs. A restart costs the model's published restart time; the first
+//! start costs the profile's cold start.
+//!
+//! Lost work follows the deployment's preemption notice: Varuna checkpoints on
+//! the notice signal, so when its checkpoint fits the notice
+//! (`checkpoint_ms <= notice_ms`) a preemption loses nothing, the checkpoint
+//! being part of the published restart time (the artifact's restart is
+//! `local_rendezvous_timeout_delta - checkpointing_overhead`, then the
+//! checkpoint at the first step: `restart_ms` in all; its comparison runs
+//! Varuna so, `no_small_model_fallback=True` in `eval_gcp_ec2.py`); without a
+//! notice long enough it rolls back to its last completed checkpoint (the work
+//! since is lost, and so is a checkpoint being written). Deterministic: the
+//! outcome does not depend on which instances are preempted.
 
 use parcae_policy_core::liveput::MigrationKind;
 use parcae_policy_core::reactive::best_config_for;
@@ -78,18 +89,32 @@ impl Cycle {
     }
 }
 
-/// Varuna on `series`: see the module documentation.
+/// Varuna on `series` with unannounced preemptions (`notice_ms = 0`); see
+/// [`varuna_with_notice`].
 pub fn varuna(
     profile: &ModelProfile,
     series: &[IntervalStats],
     constants: &PeerConstants,
     settings: &PeerSettings,
 ) -> Result<PeerRun, PeerError> {
+    varuna_with_notice(profile, series, constants, settings, 0)
+}
+
+/// Varuna on `series` when each preemption is announced `notice_ms` ahead (0:
+/// unannounced); see the module documentation.
+pub fn varuna_with_notice(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    constants: &PeerConstants,
+    settings: &PeerSettings,
+    notice_ms: u64,
+) -> Result<PeerRun, PeerError> {
     let model = model_entry(Peer::Varuna, &constants.varuna.models, &profile.model)?;
     check_series(series)?;
     let t = settings.interval_ms as f64;
     let batch = f64::from(profile.global_batch_size);
     let young = young_interval_ms(series, settings.interval_ms, model.checkpoint_ms);
+    let checkpoint_on_notice = model.checkpoint_ms <= notice_ms as f64;
     // Checkpoint period in iterations for a layout.
     let every = |config: ParallelConfig| -> f64 {
         match constants.varuna.checkpoint_every_iterations {
@@ -106,26 +131,33 @@ pub fn varuna(
     let mut carried = 0.0;
     let mut records = Vec::with_capacity(series.len());
     let (mut restarts, mut lost_total, mut writing_total) = (0u64, 0.0, 0.0);
+    let mut arrivals_waited = 0u64;
     for (k, stats) in series.iter().enumerate() {
-        let target = best_config_for(profile, stats.instances).map(|c| c.config);
-        let changed = stats.preemptions > 0 || stats.arrivals > 0 || target != current;
+        let best = best_config_for(profile, stats.instances).map(|c| c.config);
+        // Only a preemption (or a start from nothing) changes the layout.
+        let restart = current.is_none() || stats.preemptions > 0;
+        let target = if restart { best } else { current };
+        if !restart && stats.arrivals > 0 {
+            arrivals_waited += 1;
+        }
         let mut lost = 0.0;
         let mut transition = 0.0;
         let mut kind = MigrationKind::None;
         let mut busy = carried;
         let carried_in = carried;
-        if changed && (current.is_some() || started) {
-            // Roll back to the last completed checkpoint, or write one first.
-            if stats.preemptions > 0 {
+        if current.is_some() && stats.preemptions > 0 {
+            if checkpoint_on_notice {
+                // Written within the restart time (see the module documentation).
+                if cycle.since_checkpoint > 0.0 {
+                    writing_total += model.checkpoint_ms;
+                }
+            } else {
                 lost = cycle.since_checkpoint * batch;
-            } else if current.is_some() && cycle.since_checkpoint > 0.0 {
-                transition += model.checkpoint_ms;
-                writing_total += model.checkpoint_ms;
             }
             cycle = Cycle::default();
         }
         match target {
-            Some(config) if changed || current.is_none() => {
+            Some(config) if restart => {
                 transition += if started { model.restart_ms } else { cold_start_ms(profile, config, k)? };
                 // A restart supersedes one still in flight.
                 busy = transition;
@@ -157,9 +189,19 @@ pub fn varuna(
         }
         (None, None) => "never (no preemption in the trace)".to_string(),
     };
+    let on_preemption = if checkpoint_on_notice {
+        format!("checkpoints on the {:.0} s notice (nothing rolled back)", notice_ms as f64 / 1000.0)
+    } else {
+        format!(
+            "rolls back to its last checkpoint ({:.0} s notice < {:.1} s checkpoint)",
+            notice_ms as f64 / 1000.0,
+            model.checkpoint_ms / 1000.0
+        )
+    };
     let notes = vec![format!(
-        "varuna ({}): checkpoint {period}, {:.1} s each; {restarts} restarts of {:.0} s; \
-         {:.2} h writing checkpoints; {:.0} samples rolled back",
+        "varuna ({}): checkpoint {period}, {:.1} s each; on a preemption it {on_preemption}; {restarts} \
+         restarts of {:.0} s; {arrivals_waited} interval(s) whose arrivals waited for the next restart; {:.2} h \
+         writing checkpoints; {:.0} samples rolled back",
         model.paper_model,
         model.checkpoint_ms / 1000.0,
         model.restart_ms / 1000.0,
@@ -236,30 +278,48 @@ mod tests {
     }
 
     #[test]
-    fn arrivals_checkpoint_first_and_lose_nothing() {
+    fn arrivals_wait_for_the_next_restart() {
         let p = profile(0.0, 0.0);
         let c = constants();
-        // 50 s intervals: after interval 0, 5 iterations since the checkpoint.
-        let series = [stats(2, 2, 0), stats(4, 2, 0)];
-        let run = varuna(&p, &series, &c, &PeerSettings::new(50_000, PRICES)).unwrap();
+        // 2 instances, then 2 more arrive, then one is preempted.
+        let series = [stats(2, 2, 0), stats(4, 2, 0), stats(3, 0, 1)];
+        let run = varuna(&p, &series, &c, &PeerSettings::new(60_000, PRICES)).unwrap();
         let r = &run.result.intervals;
-        // (2, 1) at 20/s: 2 s per iteration. 50 s: 10 it (20 s) + 5 s, 10 it
-        // (20 s) + 5 s: exactly 20 iterations, checkpoint complete.
-        assert_eq!(r[0].samples, 20.0 * 40.0);
-        // Interval 1: nothing since the checkpoint, so no extra write; restart
-        // 20 s, then (4, 1) at 1 s per iteration: 30 s = 10 it + 5 s + 10 it... no:
-        // 10 it (10 s) + 5 s + 10 it (10 s) + 5 s = 30 s: 20 iterations.
-        assert_eq!(r[1].lost_samples, 0.0);
-        assert_eq!(r[1].transition_ms, 20_000.0);
-        assert_eq!(r[1].samples, 20.0 * 40.0);
+        // (2, 1) at 20/s, 2 s per iteration: 60 s = 10 it (20 s) + 5 s, twice,
+        // then 10 s = 5 iterations.
+        assert_eq!(r[0].config, Some(ParallelConfig::new(2, 1)));
+        assert_eq!(r[0].samples, 25.0 * 40.0);
+        // The arrivals wait: same layout, no restart, no pause.
+        assert_eq!(r[1].config, Some(ParallelConfig::new(2, 1)));
+        assert_eq!(r[1].kinds.none, 1.0);
+        assert_eq!(r[1].transition_ms, 0.0);
+        // The preemption restarts into the best layout for the 3 left.
+        assert_eq!(r[2].config, Some(ParallelConfig::new(3, 1)));
+        assert_eq!(r[2].kinds.restart, 1.0);
+        assert_eq!(r[2].transition_ms, 20_000.0);
+        assert!(run.notes[0].contains("1 interval(s) whose arrivals waited"), "{:?}", run.notes);
+    }
 
-        // With work since the last checkpoint, it is saved first (5 s).
-        let series = [stats(4, 4, 0), stats(6, 2, 0)];
-        let run = varuna(&p, &series, &c, &PeerSettings::new(50_000, PRICES)).unwrap();
-        let r = &run.result.intervals;
-        assert_eq!(r[0].samples, 35.0 * 40.0);
-        assert_eq!(r[1].lost_samples, 0.0);
-        assert_eq!(r[1].transition_ms, 25_000.0);
+    #[test]
+    fn a_notice_that_fits_the_checkpoint_loses_nothing() {
+        let p = profile(0.0, 0.0);
+        let c = constants();
+        // As in the 50 s case above: the preemption finds 10 iterations whose
+        // checkpoint is still being written.
+        let series = [stats(4, 4, 0), stats(4, 0, 0), stats(3, 0, 1)];
+        let settings = PeerSettings::new(50_000, PRICES);
+        let unannounced = varuna(&p, &series, &c, &settings).unwrap();
+        assert_eq!(unannounced.result.intervals[2].lost_samples, 400.0);
+        // A 4 s notice is shorter than the 5 s checkpoint: the same rollback.
+        let short = varuna_with_notice(&p, &series, &c, &settings, 4_000).unwrap();
+        assert_eq!(short.result.intervals[2].lost_samples, 400.0);
+        // A 5 s notice fits it: checkpoint on the signal, within the restart.
+        let run = varuna_with_notice(&p, &series, &c, &settings, 5_000).unwrap();
+        let r = &run.result.intervals[2];
+        assert_eq!(r.lost_samples, 0.0);
+        assert_eq!(r.transition_ms, 20_000.0);
+        // 30 s at (3, 1), 4/3 s per iteration: 10 it + 5 s + 8.75 it.
+        assert!((r.samples - 18.75 * 40.0).abs() < 1e-6, "{}", r.samples);
     }
 
     #[test]
