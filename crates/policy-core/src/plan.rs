@@ -154,8 +154,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::liveput::{LiveputError, MAX_INSTANCES, PairModel, lost_samples};
-use crate::{IntervalStats, ModelProfile, ParallelConfig};
+use crate::liveput::{LiveputError, MAX_INSTANCES, MigrationKind, PairModel, lost_samples};
+use crate::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -289,7 +289,8 @@ pub struct CacheStats {
 /// at the next).
 #[derive(Debug, Clone)]
 pub struct TransitionCache {
-    profile: Option<ModelProfile>,
+    /// The profile and recovery rules the stored distributions are for.
+    profile: Option<(ModelProfile, Recovery)>,
     store: Store,
     work: Work,
 }
@@ -342,14 +343,14 @@ impl TransitionCache {
         self.profile = None;
     }
 
-    /// Make the cache fit `profile`, within its bounds.
-    fn prepare(&mut self, profile: &ModelProfile) {
-        if self.profile.as_ref() != Some(profile) {
+    /// Make the cache fit `profile` under `recovery`, within its bounds.
+    fn prepare(&mut self, profile: &ModelProfile, recovery: &Recovery) {
+        if self.profile.as_ref().is_none_or(|(p, r)| p != profile || r != recovery) {
             if !self.store.heads.is_empty() || !self.store.tables.is_empty() {
                 self.store.clear();
                 self.store.stats.clears += 1;
             }
-            self.profile = Some(profile.clone());
+            self.profile = Some((profile.clone(), *recovery));
         } else if self.store.outs.len() > self.store.max_outcomes
             || self.store.table_entries > self.store.max_table_entries
             || self.store.models.len() > MAX_PAIR_MODELS
@@ -369,6 +370,10 @@ struct Out {
     d: f64,
     /// Samples lost to a restart (0 unless the outcome loses work).
     lost: f64,
+    /// A restart's `R_type`, paid instead of a longer carried remainder
+    /// ([`crate::liveput::Outcome::busy_ms`]); infinite for other kinds, so
+    /// `carried.min(abandon) + d` is `liveput()`'s busy time bit for bit.
+    abandon: f64,
 }
 
 const MISSING: u32 = u32::MAX;
@@ -455,9 +460,12 @@ impl Store {
         let from_cfg = from.map(|f| ctx.cands[f].config);
         let model = match self.models.entry(slot) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(PairModel::new(ctx.profile, from_cfg, ctx.cands.get(to).map(|c| c.config))?)
-            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(PairModel::new(
+                ctx.profile,
+                &ctx.recovery,
+                from_cfg,
+                ctx.cands.get(to).map(|c| c.config),
+            )?),
         };
         let dist = model.distribution(step.instances_before, step.preempted, step.arrived)?;
         let lost = lost_samples(ctx.profile, from_cfg, &dist)?;
@@ -466,6 +474,7 @@ impl Store {
             p: o.probability,
             d: o.duration_ms,
             lost: if o.lost_work { lost } else { 0.0 },
+            abandon: if o.kind == MigrationKind::Restart { o.concurrent_ms } else { f64::INFINITY },
         }));
         let head = (start, self.outs.len() - start);
         let index = u32::try_from(self.heads.len())
@@ -530,6 +539,7 @@ struct Cand {
 
 struct Ctx<'a> {
     profile: &'a ModelProfile,
+    recovery: Recovery,
     cands: Vec<Cand>,
 }
 
@@ -559,8 +569,11 @@ fn candidates(profile: &ModelProfile) -> Result<Vec<Cand>, LiveputError> {
 }
 
 /// Knobs of the program; [`PlanOptions::default`] is what [`best_plan`] uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlanOptions {
+    /// How a stage that loses every replica is recovered (the deployment's
+    /// preemption notice). Default [`Recovery::UNANNOUNCED`].
+    pub recovery: Recovery,
     /// Largest Pareto front kept per interval and layout (clamped to `2..=65536`;
     /// see the module documentation). Default [`MAX_FRONT`].
     pub max_front: usize,
@@ -575,7 +588,12 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { max_front: MAX_FRONT, prune_above: PRUNE_ABOVE, prune_depths: PRUNE_DEPTHS }
+        PlanOptions {
+            recovery: Recovery::UNANNOUNCED,
+            max_front: MAX_FRONT,
+            prune_above: PRUNE_ABOVE,
+            prune_depths: PRUNE_DEPTHS,
+        }
     }
 }
 
@@ -776,8 +794,8 @@ pub fn best_plan_hedged(
         return Ok(Vec::new());
     }
     let mixes = mixtures(steps, churn)?;
-    let ctx = Ctx { profile, cands: candidates(profile)? };
-    cache.prepare(profile);
+    let ctx = Ctx { profile, recovery: options.recovery, cands: candidates(profile)? };
+    cache.prepare(profile, &options.recovery);
     cache.store.stats.plans += 1;
     let TransitionCache { store, work, .. } = cache;
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
@@ -986,7 +1004,7 @@ fn run(
                         // `liveput()`, operation for operation.
                         let (mut part, mut left) = (0.0f64, 0.0f64);
                         for o in &store.outs[a..b] {
-                            let busy = q.leftover + o.d;
+                            let busy = q.leftover.min(o.abandon) + o.d;
                             let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
                             part += o.p * (trained - o.lost);
                             left += o.p * (busy - interval_ms).max(0.0);
