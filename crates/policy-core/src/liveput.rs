@@ -34,13 +34,17 @@
 //!
 //! The kinds ([`MigrationKind`]), checked in this order:
 //!
-//! 1. **restart** when some old stage lost every replica (`s_j = 0`): its layers
-//!    exist nowhere, so the job reloads the last checkpoint. Cost:
+//! 1. **restart** when some old stage lost every replica (`s_j = 0`) and the
+//!    preemption notice does not let it be evacuated ([`crate::recovery`]:
+//!    an evacuated stage migrates as if it kept one replica, after the
+//!    evacuation transfer `t(B_j)`; a stage whose emergency checkpoint fits in
+//!    the notice restarts without rolling back). Cost:
 //!    `R_type + checkpoint_restart + sum_q t(B'_q)` (the artifact's reactive
 //!    restart, `ThroughputOptimized.reconfiguration` in `throughput.py`: restart
 //!    cost, 14 s of checkpoint save/load, then every new stage's full state one
 //!    after another); bytes `d x sum_q B'_q` (every new instance loads its
-//!    stage). It also **loses the work since the last checkpoint**
+//!    stage). Unless the notice covered it, it also **loses the work since the
+//!    last checkpoint**
 //!    ([`ScenarioCost::lost_work`]), on average half a checkpoint interval
 //!    ([`lost_work_ms`]). A cold start (`from = None`) is a restart of type add
 //!    that loses nothing (nothing was running).
@@ -59,12 +63,20 @@
 //! 4. With `p != P`, **repartition**: layers move to the new stage boundaries
 //!    (see below). Cost `transfer + R_type` (`MonteCarloLiveput.repartition`).
 //!
+//! A live inter-stage migration or repartition whose transfer time exceeds a
+//! restart's extra time (`checkpoint_restart + sum_q t(B'_q)`) restarts from a
+//! checkpoint instead (no lost work: the job is alive to save it), so the
+//! live model's actions include restart-on-change's. A restart also abandons
+//! a migration still in flight when its `R_type` is less than the rest
+//! ([`Outcome::busy_ms`]).
+//!
 //! # Restart on change (the reactive baseline)
 //!
 //! [`MigrationMode::RestartOnChange`] is the artifact's checkpoint-restart
 //! baseline instead of live migration: every availability change restarts the
-//! job (`R_type + checkpoint + sum_q t(B'_q)`, no lost work), and a restart
-//! overlapping one in flight pays the new one plus `R_type`. See
+//! job (`R_type + checkpoint + sum_q t(B'_q)`; lost work by the same rules as
+//! live migration), and a restart overlapping one in flight pays the new one
+//! plus `R_type`. See
 //! [`restart_transition`] and [`restart_liveput`]; [`liveput_with_mode`]
 //! dispatches on the mode.
 //!
@@ -74,7 +86,8 @@
 //!   infeasible: it treats a stage with no survivor as an inter-stage
 //!   migration (its `redundant_cost`) and repartitions from layers nobody holds
 //!   any more, so its feasibility probability is always 1. Here such a scenario
-//!   is a restart that pays the checkpoint reload and loses the work since the
+//!   is recovered by the deployment's notice ([`crate::recovery`]) or is a
+//!   restart that pays the checkpoint reload and loses the work since the
 //!   last checkpoint. This is what makes deep, narrow pipelines (many stages, few
 //!   replicas each) risky, as they are.
 //! - **Repartition volume.** The artifact's `repartition` keeps only the last new
