@@ -756,7 +756,6 @@ pub fn expected_transition(
 /// Resuming later pays a cold start. Both results are expectations over the
 /// outcomes.
 #[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
-#[allow(clippy::too_many_arguments)] // the deployment, the transition's six fields, the interval and carry
 pub fn liveput(
     profile: &ModelProfile,
     recovery: &Recovery,

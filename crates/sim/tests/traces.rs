@@ -332,3 +332,131 @@ fn reactive_restart_of_the_segments_matches_the_artifact() {
         );
     }
 }
+
+/// A native policy (predictor and optimizer) driven over `series` as the
+/// host drives a guest: at interval `k` it sees the history up to `k`,
+/// forecasts `horizon - 1` more intervals and plans from the layout that ran;
+/// a first step that does not fit pauses.
+fn drive<P>(
+    policy: &mut P,
+    series: &[IntervalStats],
+    horizon: u32,
+    profile: &ModelProfile,
+) -> Vec<Option<ParallelConfig>>
+where
+    P: parcae_policy_core::Predictor + parcae_policy_core::Optimizer,
+{
+    use parcae_policy_core::{OptimizeRequest, PredictRequest};
+    let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
+    let mut fleet_min = u32::MAX;
+    let mut current = None;
+    let mut decisions = Vec::with_capacity(series.len());
+    for (k, stats) in series.iter().enumerate() {
+        fleet_min = fleet_min.min(stats.instances);
+        let predicted = policy
+            .predict(&PredictRequest {
+                history: series[..=k].to_vec(),
+                horizon: horizon - 1,
+                interval_ms: T,
+                fleet_min,
+                fleet_max,
+            })
+            .unwrap();
+        let mut forecast = vec![*stats];
+        forecast.extend(predicted);
+        let plan = policy
+            .optimize(&OptimizeRequest {
+                forecast,
+                instances_now: stats.instances,
+                current,
+                interval_ms: T,
+                profile: profile.clone(),
+            })
+            .unwrap();
+        let chosen = plan.steps.first().and_then(|s| s.config);
+        let config = chosen.filter(|c| c.instances() <= u64::from(stats.instances));
+        decisions.push(config);
+        current = config;
+    }
+    decisions
+}
+
+/// The issue 16 table: % of the Oracle for each row, per trace, model and
+/// notice. Run with `cargo test -p parcae-sim --test traces recovery_table
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore = "minutes; prints a measurement table"]
+fn recovery_table() {
+    use parcae_policy_core::arima::Arima;
+    use parcae_policy_core::optimizer::Liveput;
+    use parcae_policy_core::robust::RobustLiveput;
+
+    /// arima forecast, plain liveput optimizer.
+    #[derive(Default)]
+    struct ArimaLiveput(Arima, Liveput);
+    impl parcae_policy_core::Predictor for ArimaLiveput {
+        fn predict(&mut self, r: &parcae_policy_core::PredictRequest) -> Result<Vec<IntervalStats>, String> {
+            self.0.predict(r)
+        }
+    }
+    impl parcae_policy_core::Optimizer for ArimaLiveput {
+        fn optimize(
+            &mut self,
+            r: &parcae_policy_core::OptimizeRequest,
+        ) -> Result<parcae_policy_core::Plan, String> {
+            self.1.optimize(r)
+        }
+    }
+
+    const H: u32 = 12;
+    println!(
+        "trace  model     notice  reactive  reactive-restart  liveput-truth  arima-liveput  robust-liveput"
+    );
+    for (trace_name, file) in
+        [("p3", "traces/aws-p3/p3-events.csv"), ("g4dn", "traces/aws-g4dn/g4dn-events.csv")]
+    {
+        let series = load(&shared().join(file)).series(T).unwrap().intervals;
+        for model in ["gpt-1.5b", "gpt-6.7b", "bert"] {
+            let profile = p3(model);
+            for notice_ms in [AWS_NOTICE_MS, 0.0] {
+                let recovery = constants().recovery(notice_ms).unwrap();
+                let run = |decisions: &[Option<ParallelConfig>], mode| {
+                    simulate_under(&profile, &series, T, decisions, PRICES, mode, recovery)
+                        .unwrap()
+                        .totals
+                        .samples
+                };
+                let best = run(&oracle_under(&profile, &series, T, recovery).unwrap(), MigrationMode::Live);
+                let reactive_decisions = reactive(&profile, &series);
+                let mut arima = ArimaLiveput::default();
+                arima.1.options.recovery = recovery;
+                let mut robust = RobustLiveput::default();
+                robust.optimizer.options.recovery = recovery;
+                let rows = [
+                    run(&reactive_decisions, MigrationMode::Live),
+                    run(&reactive_decisions, MigrationMode::RestartOnChange),
+                    run(
+                        &liveput_truth_under(&profile, &series, T, H as usize, recovery).unwrap(),
+                        MigrationMode::Live,
+                    ),
+                    run(&drive(&mut arima, &series, H, &profile), MigrationMode::Live),
+                    run(&drive(&mut robust, &series, H, &profile), MigrationMode::Live),
+                ];
+                let pct: Vec<String> = rows.iter().map(|r| format!("{:>6.1}%", 100.0 * r / best)).collect();
+                println!("{trace_name:<6} {model:<9} {:>4.0} s  {}", notice_ms / 1000.0, pct.join("  "));
+                for (r, what) in rows.iter().zip([
+                    "reactive",
+                    "reactive-restart",
+                    "liveput-truth",
+                    "arima-liveput",
+                    "robust-liveput",
+                ]) {
+                    assert!(
+                        *r <= best * (1.0 + 1e-9),
+                        "{trace_name} {model} {notice_ms}: {what} above the oracle"
+                    );
+                }
+            }
+        }
+    }
+}
