@@ -13,11 +13,13 @@ pub mod liveput;
 pub mod optimizer;
 pub mod plan;
 pub mod reactive;
+pub mod recovery;
 pub mod robust;
 pub mod types;
 pub mod validate;
 pub mod wit_convert;
 
+pub use recovery::Recovery;
 pub use types::*;
 
 /// Forecasts fleet availability for the next intervals.

@@ -34,13 +34,17 @@
 //!
 //! The kinds ([`MigrationKind`]), checked in this order:
 //!
-//! 1. **restart** when some old stage lost every replica (`s_j = 0`): its layers
-//!    exist nowhere, so the job reloads the last checkpoint. Cost:
+//! 1. **restart** when some old stage lost every replica (`s_j = 0`) and the
+//!    preemption notice does not let it be evacuated ([`crate::recovery`]:
+//!    an evacuated stage migrates as if it kept one replica, after the
+//!    evacuation transfer `t(B_j)`; a stage whose emergency checkpoint fits in
+//!    the notice restarts without rolling back). Cost:
 //!    `R_type + checkpoint_restart + sum_q t(B'_q)` (the artifact's reactive
 //!    restart, `ThroughputOptimized.reconfiguration` in `throughput.py`: restart
 //!    cost, 14 s of checkpoint save/load, then every new stage's full state one
 //!    after another); bytes `d x sum_q B'_q` (every new instance loads its
-//!    stage). It also **loses the work since the last checkpoint**
+//!    stage). Unless the notice covered it, it also **loses the work since the
+//!    last checkpoint**
 //!    ([`ScenarioCost::lost_work`]), on average half a checkpoint interval
 //!    ([`lost_work_ms`]). A cold start (`from = None`) is a restart of type add
 //!    that loses nothing (nothing was running).
@@ -59,12 +63,20 @@
 //! 4. With `p != P`, **repartition**: layers move to the new stage boundaries
 //!    (see below). Cost `transfer + R_type` (`MonteCarloLiveput.repartition`).
 //!
+//! A live inter-stage migration or repartition whose transfer time exceeds a
+//! restart's extra time (`checkpoint_restart + sum_q t(B'_q)`) restarts from a
+//! checkpoint instead (no lost work: the job is alive to save it), so the
+//! live model's actions include restart-on-change's. A restart also abandons
+//! a migration still in flight when its `R_type` is less than the rest
+//! ([`Outcome::busy_ms`]).
+//!
 //! # Restart on change (the reactive baseline)
 //!
 //! [`MigrationMode::RestartOnChange`] is the artifact's checkpoint-restart
 //! baseline instead of live migration: every availability change restarts the
-//! job (`R_type + checkpoint + sum_q t(B'_q)`, no lost work), and a restart
-//! overlapping one in flight pays the new one plus `R_type`. See
+//! job (`R_type + checkpoint + sum_q t(B'_q)`; lost work by the same rules as
+//! live migration), and a restart overlapping one in flight pays the new one
+//! plus `R_type`. See
 //! [`restart_transition`] and [`restart_liveput`]; [`liveput_with_mode`]
 //! dispatches on the mode.
 //!
@@ -74,7 +86,8 @@
 //!   infeasible: it treats a stage with no survivor as an inter-stage
 //!   migration (its `redundant_cost`) and repartitions from layers nobody holds
 //!   any more, so its feasibility probability is always 1. Here such a scenario
-//!   is a restart that pays the checkpoint reload and loses the work since the
+//!   is recovered by the deployment's notice ([`crate::recovery`]) or is a
+//!   restart that pays the checkpoint reload and loses the work since the
 //!   last checkpoint. This is what makes deep, narrow pipelines (many stages, few
 //!   replicas each) risky, as they are.
 //! - **Repartition volume.** The artifact's `repartition` keeps only the last new
@@ -156,6 +169,7 @@ mod plan;
 #[cfg(test)]
 mod tests;
 
+use crate::recovery::Recovery;
 use crate::{ModelProfile, ParallelConfig, TransferPoint};
 
 /// Largest fleet one call accepts (instances before or after the interval). The
@@ -243,10 +257,15 @@ impl Transition {
         Some(u64::from(left) + u64::from(self.arrived))
     }
 
-    /// [`transition_distribution`] of this transition.
-    pub fn distribution(&self, profile: &ModelProfile) -> Result<TransitionDistribution, LiveputError> {
-        transition_distribution(
+    /// [`transition_distribution_under`] of this transition.
+    pub fn distribution(
+        &self,
+        profile: &ModelProfile,
+        recovery: &Recovery,
+    ) -> Result<TransitionDistribution, LiveputError> {
+        transition_distribution_under(
             profile,
+            recovery,
             self.from,
             self.instances_before,
             self.preempted,
@@ -255,9 +274,9 @@ impl Transition {
         )
     }
 
-    /// [`expected_transition`] of this transition.
-    pub fn expected(&self, profile: &ModelProfile) -> Result<Expected, LiveputError> {
-        self.distribution(profile).map(|d| d.expected())
+    /// The expectation of [`Transition::distribution`].
+    pub fn expected(&self, profile: &ModelProfile, recovery: &Recovery) -> Result<Expected, LiveputError> {
+        self.distribution(profile, recovery).map(|d| d.expected())
     }
 }
 
@@ -323,8 +342,10 @@ pub struct ScenarioCost {
     /// Training-state bytes received by instances (transfers and checkpoint loads).
     pub bytes_moved: u64,
     /// The work since the last checkpoint is lost (some stage lost every
-    /// replica); see [`lost_work_ms`].
+    /// replica and no notice covered it); see [`lost_work_ms`].
     pub lost_work: bool,
+    /// For a restart, its `R_type` ([`Outcome::concurrent_ms`]); 0 otherwise.
+    pub concurrent_ms: f64,
 }
 
 /// One possible outcome of a transition and its probability.
@@ -338,6 +359,22 @@ pub struct Outcome {
     pub duration_ms: f64,
     /// Whether it loses the work since the last checkpoint.
     pub lost_work: bool,
+    /// For a restart, its `R_type`, ms: what it pays instead of the rest of a
+    /// migration still in flight, which it abandons (it reloads the
+    /// checkpoint anyway); 0 for other kinds.
+    pub concurrent_ms: f64,
+}
+
+impl Outcome {
+    /// Busy time of the interval when `carried_ms` of an earlier migration
+    /// is still running: the rest of it then this outcome's migration, or,
+    /// for a restart, `R_type` in place of the rest when that is less
+    /// (`liveput`'s rule).
+    pub fn busy_ms(&self, carried_ms: f64) -> f64 {
+        let carried =
+            if self.kind == MigrationKind::Restart { carried_ms.min(self.concurrent_ms) } else { carried_ms };
+        carried + self.duration_ms
+    }
 }
 
 /// The exact distribution of a transition's migration time and kind over which
@@ -544,6 +581,9 @@ pub fn lost_work_ms(profile: &ModelProfile) -> f64 {
 ///
 /// `to = None` is a pause: kind [`MigrationKind::None`], no cost, with
 /// `lost_work` set when some stage lost every replica.
+///
+/// Preemptions are unannounced ([`Recovery::UNANNOUNCED`]); see
+/// [`scenario_cost_under`] for a deployment with a notice.
 pub fn scenario_cost(
     profile: &ModelProfile,
     from: Option<ParallelConfig>,
@@ -552,13 +592,40 @@ pub fn scenario_cost(
     arrived: u32,
     to: Option<ParallelConfig>,
 ) -> Result<ScenarioCost, LiveputError> {
-    let model = plan::Model::new(profile, from, to)?;
+    scenario_cost_under(
+        profile,
+        &Recovery::UNANNOUNCED,
+        from,
+        survivors_per_stage,
+        spare_survivors,
+        arrived,
+        to,
+    )
+}
+
+/// [`scenario_cost`] under the recovery rules of `recovery`
+/// ([`crate::recovery`]): a stage with no survivor is evacuated, restarted
+/// from an emergency checkpoint, or rolled back. Evacuation needs an instance
+/// that stays: a surviving holder or spare.
+pub fn scenario_cost_under(
+    profile: &ModelProfile,
+    recovery: &Recovery,
+    from: Option<ParallelConfig>,
+    survivors_per_stage: &[u32],
+    spare_survivors: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<ScenarioCost, LiveputError> {
+    let model = plan::Model::new(profile, recovery, from, to)?;
     model.scenario(survivors_per_stage, spare_survivors, arrived)
 }
 
 /// The exact distribution of the migration over which `preempted` of the
 /// `instances_before` instances are taken (uniformly, without replacement),
 /// when `from` runs on them, `arrived` join, and the job moves to `to`.
+///
+/// Preemptions are unannounced ([`Recovery::UNANNOUNCED`]); see
+/// [`transition_distribution_under`] for a deployment with a notice.
 pub fn transition_distribution(
     profile: &ModelProfile,
     from: Option<ParallelConfig>,
@@ -567,9 +634,57 @@ pub fn transition_distribution(
     arrived: u32,
     to: Option<ParallelConfig>,
 ) -> Result<TransitionDistribution, LiveputError> {
+    transition_distribution_under(
+        profile,
+        &Recovery::UNANNOUNCED,
+        from,
+        instances_before,
+        preempted,
+        arrived,
+        to,
+    )
+}
+
+/// [`transition_distribution`] under the recovery rules of `recovery`.
+pub fn transition_distribution_under(
+    profile: &ModelProfile,
+    recovery: &Recovery,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<TransitionDistribution, LiveputError> {
+    transition_distribution_in(
+        MigrationMode::Live,
+        profile,
+        recovery,
+        from,
+        instances_before,
+        preempted,
+        arrived,
+        to,
+    )
+}
+
+/// The exact distribution of the transition when the job reconfigures as
+/// `mode` says: [`transition_distribution_under`] for
+/// [`MigrationMode::Live`], [`restart_transition`] for
+/// [`MigrationMode::RestartOnChange`].
+#[allow(clippy::too_many_arguments)] // the mode, the deployment and the transition's six fields
+pub fn transition_distribution_in(
+    mode: MigrationMode,
+    profile: &ModelProfile,
+    recovery: &Recovery,
+    from: Option<ParallelConfig>,
+    instances_before: u32,
+    preempted: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> Result<TransitionDistribution, LiveputError> {
     check_transition(from, instances_before, preempted, arrived, to)?;
-    let model = plan::Model::new(profile, from, to)?;
-    exact::distribution(&model, instances_before, preempted)
+    let model = plan::Model::new(profile, recovery, from, to)?;
+    exact::distribution(&model, instances_before, preempted, arrived, mode)
 }
 
 /// The cost model of one `from -> to` pair, which does not depend on the
@@ -584,14 +699,15 @@ impl PairModel {
     /// The model of `from -> to`, checking the profile figures it uses.
     pub(crate) fn new(
         profile: &ModelProfile,
+        recovery: &Recovery,
         from: Option<ParallelConfig>,
         to: Option<ParallelConfig>,
     ) -> Result<PairModel, LiveputError> {
-        plan::Model::new(profile, from, to).map(PairModel)
+        plan::Model::new(profile, recovery, from, to).map(PairModel)
     }
 
-    /// Exactly [`transition_distribution`] of the pair (same checks, same
-    /// numbers).
+    /// Exactly [`transition_distribution_under`] of the pair (same checks,
+    /// same numbers).
     pub(crate) fn distribution(
         &self,
         instances_before: u32,
@@ -599,11 +715,12 @@ impl PairModel {
         arrived: u32,
     ) -> Result<TransitionDistribution, LiveputError> {
         check_transition(self.0.from, instances_before, preempted, arrived, self.0.to)?;
-        exact::distribution(&self.0, instances_before, preempted)
+        exact::distribution(&self.0, instances_before, preempted, arrived, MigrationMode::Live)
     }
 }
 
-/// The exact expected cost of a transition (see [`transition_distribution`]).
+/// The exact expected cost of a transition (see [`transition_distribution`];
+/// unannounced preemptions, [`Transition::expected`] takes a recovery).
 pub fn expected_transition(
     profile: &ModelProfile,
     from: Option<ParallelConfig>,
@@ -622,8 +739,10 @@ pub fn expected_transition(
 /// For each outcome (exactly, over the preemption scenarios):
 ///
 /// - busy time `b = carried_ms + duration_ms`; the in-flight migration
-///   finishes before the new one starts (the artifact instead drops the
-///   remainder and charges an extra restart);
+///   finishes before the new one starts, except that a restart from the
+///   checkpoint may abandon it and pay its `R_type` instead when that is
+///   less ([`Outcome::busy_ms`]; the artifact always abandons and pays
+///   `R_type`);
 /// - samples `throughput(to) x max(0, T - b)` (samples/s x s), minus, when the
 ///   outcome restarts from the checkpoint, the samples trained since it:
 ///   [`lost_work_ms`] at the old layout's speed. The job rolls back, so an
@@ -639,6 +758,7 @@ pub fn expected_transition(
 #[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
 pub fn liveput(
     profile: &ModelProfile,
+    recovery: &Recovery,
     from: Option<ParallelConfig>,
     instances_before: u32,
     preempted: u32,
@@ -647,13 +767,9 @@ pub fn liveput(
     interval_ms: f64,
     carried_ms: f64,
 ) -> Result<LiveputValue, LiveputError> {
-    if !(interval_ms.is_finite() && interval_ms >= 0.0) {
-        return Err(LiveputError::BadTime { what: "interval_ms", value: interval_ms });
-    }
-    if !(carried_ms.is_finite() && carried_ms >= 0.0) {
-        return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
-    }
-    let dist = transition_distribution(profile, from, instances_before, preempted, arrived, to)?;
+    check_times(interval_ms, carried_ms)?;
+    let dist =
+        transition_distribution_under(profile, recovery, from, instances_before, preempted, arrived, to)?;
     let lost = lost_samples(profile, from, &dist)?;
     let mut value = LiveputValue::default();
     let Some(to) = to else {
@@ -665,7 +781,7 @@ pub fn liveput(
     };
     let thr_to = samples_per_second(profile, to)?;
     for o in &dist.outcomes {
-        let busy = carried_ms + o.duration_ms;
+        let busy = o.busy_ms(carried_ms);
         let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
         value.expected_samples += o.probability * (trained - if o.lost_work { lost } else { 0.0 });
         value.expected_leftover_ms += o.probability * (busy - interval_ms).max(0.0);
@@ -694,128 +810,78 @@ impl MigrationMode {
     }
 }
 
-/// What one interval's reconfiguration costs under
-/// [`MigrationMode::RestartOnChange`] ([`restart_transition`]). It does not
-/// depend on which instances were preempted: the whole job restarts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RestartCost {
-    /// [`MigrationKind::Restart`] when the job restarts, [`MigrationKind::None`]
-    /// when nothing changed (or training pauses).
-    pub kind: MigrationKind,
-    /// Wall time of the restart, ms: `R_type + checkpoint + sum_q t(B'_q)`.
-    pub duration_ms: f64,
-    /// `R_add` (`true`) or `R_remove` (`false`) was charged.
-    pub add: bool,
-    /// `R_type` of the new layout, ms: what a restart that overlaps one still
-    /// in flight pays on top (`estimate_concurrent_restart_cost`).
-    pub concurrent_ms: f64,
-    /// Checkpoint save/load charged, ms (0 for the first start).
-    pub checkpoint_ms: f64,
-    /// Time to load every new stage's state one after another, ms.
-    pub serial_transfer_ms: f64,
-    /// Training-state bytes loaded: `d x` the whole state, as a live restart.
-    pub bytes_moved: u64,
-    /// Always `false`: the artifact saves a checkpoint at every
-    /// reconfiguration (within the preemption notice), so nothing is lost.
-    pub lost_work: bool,
-}
-
-/// The cost of the interval's reconfiguration when the job restarts from a
-/// checkpoint on every change, the Parcae artifact's reactive
+/// The distribution of the interval's reconfiguration when the job restarts
+/// from a checkpoint on every change, the Parcae artifact's reactive
 /// ("throughput-optimal") baseline: `ThroughputOptimized.optimize` and
 /// `ThroughputOptimized.reconfiguration` in `liveput/throughput.py`
 /// (`JF-D/Parcae`), with `CostModel.estimate_restart_cost` of
-/// `liveput/cost.py`.
+/// `liveput/cost.py`, under the same recovery rules as live migration.
 ///
 /// - **When**: the job restarts whenever anything happened in the interval
 ///   (`preempted + arrived > 0`, even if only a spare left or the layout stays
 ///   the same: the artifact's `n_add + n_remove > 0`), on a start (`from =
-///   None`, the artifact's `cur_t == 0`), and, beyond the artifact (which
-///   cannot change layout without an event), whenever `to != from`. A pause
-///   (`to = None`) costs nothing.
-/// - **Type**: *add* when instances arrived or on a start (`recfg_type = 'add'
-///   if n_add > 0 or cur_t == 0`), else *remove*. `R_add = rendezvous +
-///   add_extra + comm_rebuild_add + process_start + model_build`, `R_remove =
-///   comm_rebuild_remove + process_start + model_build` of the new layout.
-/// - **Cost**: `R_type + checkpoint_restart_ms + sum_q t(B'_q)`: the 14 s of
-///   checkpoint save and load (`cost += 14_000` when `interval_id > 0`), then
-///   every new stage's full state (parameters and optimizer state) transferred
-///   one after another (the `apply_optimization = False` branch). The first
-///   start (`from = None` with `instances_before = 0`) saves and loads no
-///   checkpoint; a resume after a pause does.
-/// - **Lost work**: none. The artifact checkpoints at each reconfiguration and
-///   rolls nothing back (no term for the work since the last checkpoint).
+///   None`), and, beyond the artifact (which cannot change layout without an
+///   event), whenever `to != from`. Otherwise nothing happens (kind `none`).
+/// - **Cost**: a restart of the live model, `R_type + checkpoint_restart_ms +
+///   sum_q t(B'_q)`: checkpoint save and load, then every new stage's full
+///   state one after another (the artifact's `apply_optimization = False`
+///   branch). Its type follows the live model's rule (*add* when the new
+///   layout needs instances that held no stage), not the artifact's `n_add >
+///   0`, and a start charges the checkpoint like a live cold start (the
+///   artifact skips it at `cur_t == 0`): one rule for every row.
+/// - **Lost work**: the checkpoint of every change is taken at
+///   reconfiguration time, within the notice. A stage whose every holder is
+///   preempted loses the work since the last periodic checkpoint unless the
+///   notice covers it ([`crate::recovery`]: evacuation or an emergency
+///   checkpoint), exactly as under live migration; the artifact never loses
+///   work.
 ///
 /// The carry of a restart still in flight is [`restart_liveput`]'s.
 pub fn restart_transition(
     profile: &ModelProfile,
+    recovery: &Recovery,
     from: Option<ParallelConfig>,
     instances_before: u32,
     preempted: u32,
     arrived: u32,
     to: Option<ParallelConfig>,
-) -> Result<RestartCost, LiveputError> {
-    check_transition(from, instances_before, preempted, arrived, to)?;
-    let none = RestartCost {
-        kind: MigrationKind::None,
-        duration_ms: 0.0,
-        add: false,
-        concurrent_ms: 0.0,
-        checkpoint_ms: 0.0,
-        serial_transfer_ms: 0.0,
-        bytes_moved: 0,
-        lost_work: false,
-    };
-    let Some(to_config) = to else {
-        return Ok(none);
-    };
-    // Checks the new layout's figures and computes `R_add`, `R_remove` and
-    // the restart's bytes, as for a live cold start.
-    let model = plan::Model::new(profile, None, to)?;
-    let first_start = from.is_none() && instances_before == 0;
-    if !(from.is_none() || from != to || preempted > 0 || arrived > 0) {
-        return Ok(none);
+) -> Result<TransitionDistribution, LiveputError> {
+    transition_distribution_in(
+        MigrationMode::RestartOnChange,
+        profile,
+        recovery,
+        from,
+        instances_before,
+        preempted,
+        arrived,
+        to,
+    )
+}
+
+/// Busy time of an interval under [`MigrationMode::RestartOnChange`] for
+/// outcome `o` with `carried_ms` still running: the artifact's carry rule
+/// (`ThroughputOptimized.optimize`): a restart over one still running
+/// abandons it and pays its full cost plus a concurrent restart (`+ R_type`);
+/// otherwise the carried time runs on.
+pub fn restart_busy_ms(o: &Outcome, carried_ms: f64) -> f64 {
+    match o.kind {
+        MigrationKind::Restart if carried_ms > 0.0 => o.duration_ms + o.concurrent_ms,
+        MigrationKind::Restart => o.duration_ms,
+        _ => carried_ms,
     }
-    let add = arrived > 0 || from.is_none();
-    let r_type = if add { model.r_add } else { model.r_remove };
-    let partition = profile
-        .partitions
-        .iter()
-        .find(|p| p.pipeline_stages == to_config.pipeline_stages)
-        .ok_or(LiveputError::MissingPartition { stages: to_config.pipeline_stages })?;
-    let serial: f64 =
-        partition.state_bytes_per_stage.iter().map(|&b| transfer_ms(&profile.transfer_curve, b)).sum();
-    let checkpoint = if first_start {
-        0.0
-    } else {
-        plan::check_value(|| "checkpoint_restart_ms".into(), profile.checkpoint_restart_ms)?
-    };
-    Ok(RestartCost {
-        kind: MigrationKind::Restart,
-        duration_ms: r_type + checkpoint + serial,
-        add,
-        concurrent_ms: r_type,
-        checkpoint_ms: checkpoint,
-        serial_transfer_ms: serial,
-        bytes_moved: model.restart_bytes,
-        lost_work: false,
-    })
 }
 
 /// Samples of running `to` for one interval of `interval_ms` under
 /// [`MigrationMode::RestartOnChange`], with `carried_ms` of an earlier restart
-/// still to run; deterministic (the cost does not depend on who is preempted).
-///
-/// The artifact's carry rule (`ThroughputOptimized.optimize`): when the
-/// interval restarts while an earlier restart is still running, the earlier
-/// one is abandoned and the new one pays its full cost plus a concurrent
-/// restart (`cost + estimate_concurrent_restart_cost`, i.e. `+ R_type`);
-/// otherwise the busy time is the new cost, or the carried time when nothing
-/// restarts. Samples `throughput(to) x max(0, T - busy)`, leftover `max(0,
-/// busy - T)`. A pause trains nothing and lets the carried time run out.
-#[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
+/// still to run: per outcome of [`restart_transition`], busy time
+/// [`restart_busy_ms`], samples `throughput(to) x max(0, T - busy)` minus the
+/// lost work ([`lost_samples`]) of an outcome that rolls back, leftover
+/// `max(0, busy - T)`. A pause trains nothing and lets the carried time run
+/// out (lost work still lost).
+#[allow(clippy::too_many_arguments)] // the deployment, the transition's six fields, the interval and carry
 pub fn restart_liveput(
     profile: &ModelProfile,
+    recovery: &Recovery,
     from: Option<ParallelConfig>,
     instances_before: u32,
     preempted: u32,
@@ -825,24 +891,28 @@ pub fn restart_liveput(
     carried_ms: f64,
 ) -> Result<LiveputValue, LiveputError> {
     check_times(interval_ms, carried_ms)?;
-    let cost = restart_transition(profile, from, instances_before, preempted, arrived, to)?;
-    let busy = match cost.kind {
-        MigrationKind::Restart if carried_ms > 0.0 => cost.duration_ms + cost.concurrent_ms,
-        MigrationKind::Restart => cost.duration_ms,
-        _ => carried_ms,
-    };
-    let trained = match to {
-        Some(to) => samples_per_second(profile, to)? * (interval_ms - busy).max(0.0) / 1000.0,
+    let dist = restart_transition(profile, recovery, from, instances_before, preempted, arrived, to)?;
+    let lost = lost_samples(profile, from, &dist)?;
+    let thr_to = match to {
+        Some(to) => samples_per_second(profile, to)?,
         None => 0.0,
     };
-    Ok(LiveputValue { expected_samples: trained, expected_leftover_ms: (busy - interval_ms).max(0.0) })
+    let mut value = LiveputValue::default();
+    for o in &dist.outcomes {
+        let busy = restart_busy_ms(o, carried_ms);
+        let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
+        value.expected_samples += o.probability * (trained - if o.lost_work { lost } else { 0.0 });
+        value.expected_leftover_ms += o.probability * (busy - interval_ms).max(0.0);
+    }
+    Ok(value)
 }
 
 /// [`liveput`] or [`restart_liveput`], as `mode` says.
-#[allow(clippy::too_many_arguments)] // the mode, the transition's six fields, the interval and carry
+#[allow(clippy::too_many_arguments)] // the mode, the deployment, the transition's six fields, the interval and carry
 pub fn liveput_with_mode(
     mode: MigrationMode,
     profile: &ModelProfile,
+    recovery: &Recovery,
     from: Option<ParallelConfig>,
     instances_before: u32,
     preempted: u32,
@@ -852,12 +922,28 @@ pub fn liveput_with_mode(
     carried_ms: f64,
 ) -> Result<LiveputValue, LiveputError> {
     match mode {
-        MigrationMode::Live => {
-            liveput(profile, from, instances_before, preempted, arrived, to, interval_ms, carried_ms)
-        }
-        MigrationMode::RestartOnChange => {
-            restart_liveput(profile, from, instances_before, preempted, arrived, to, interval_ms, carried_ms)
-        }
+        MigrationMode::Live => liveput(
+            profile,
+            recovery,
+            from,
+            instances_before,
+            preempted,
+            arrived,
+            to,
+            interval_ms,
+            carried_ms,
+        ),
+        MigrationMode::RestartOnChange => restart_liveput(
+            profile,
+            recovery,
+            from,
+            instances_before,
+            preempted,
+            arrived,
+            to,
+            interval_ms,
+            carried_ms,
+        ),
     }
 }
 

@@ -132,6 +132,7 @@ mod tests {
             let from_fit = from.filter(|c| c.instances() <= u64::from(s.instances_before));
             let v = liveput(
                 profile,
+                &crate::Recovery::UNANNOUNCED,
                 from_fit,
                 s.instances_before,
                 s.preempted,
@@ -252,6 +253,7 @@ mod tests {
                 let to = plan.steps[0].config;
                 let v = liveput(
                     &profile,
+                    &crate::Recovery::UNANNOUNCED,
                     current,
                     s.instances_before,
                     s.preempted,

@@ -154,8 +154,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::liveput::{LiveputError, MAX_INSTANCES, PairModel, lost_samples};
-use crate::{IntervalStats, ModelProfile, ParallelConfig};
+use crate::liveput::{LiveputError, MAX_INSTANCES, MigrationKind, PairModel, lost_samples};
+use crate::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
 #[cfg(test)]
 pub(crate) mod tests;
@@ -289,8 +289,9 @@ pub struct CacheStats {
 /// at the next).
 #[derive(Debug, Clone)]
 pub struct TransitionCache {
-    profile: Option<ModelProfile>,
-    store: Store,
+    /// The profile and recovery rules the stored distributions are for.
+    profile: Option<(ModelProfile, Recovery)>,
+    store: DistributionStore,
     work: Work,
 }
 
@@ -306,7 +307,7 @@ impl TransitionCache {
     pub fn with_bounds(max_outcomes: usize, max_table_entries: usize) -> TransitionCache {
         TransitionCache {
             profile: None,
-            store: Store {
+            store: DistributionStore {
                 max_outcomes,
                 max_table_entries,
                 keys: BTreeMap::new(),
@@ -342,14 +343,14 @@ impl TransitionCache {
         self.profile = None;
     }
 
-    /// Make the cache fit `profile`, within its bounds.
-    fn prepare(&mut self, profile: &ModelProfile) {
-        if self.profile.as_ref() != Some(profile) {
+    /// Make the cache fit `profile` under `recovery`, within its bounds.
+    fn prepare(&mut self, profile: &ModelProfile, recovery: &Recovery) {
+        if self.profile.as_ref().is_none_or(|(p, r)| p != profile || r != recovery) {
             if !self.store.heads.is_empty() || !self.store.tables.is_empty() {
                 self.store.clear();
                 self.store.stats.clears += 1;
             }
-            self.profile = Some(profile.clone());
+            self.profile = Some((profile.clone(), *recovery));
         } else if self.store.outs.len() > self.store.max_outcomes
             || self.store.table_entries > self.store.max_table_entries
             || self.store.models.len() > MAX_PAIR_MODELS
@@ -362,13 +363,17 @@ impl TransitionCache {
 
 /// One outcome, reduced to what the value of an interval needs.
 #[derive(Debug, Clone, Copy)]
-struct Out {
+struct OutcomeTerms {
     /// Probability.
     p: f64,
     /// Migration time, ms.
     d: f64,
     /// Samples lost to a restart (0 unless the outcome loses work).
     lost: f64,
+    /// A restart's `R_type`, paid instead of a longer carried remainder
+    /// ([`crate::liveput::Outcome::busy_ms`]); infinite for other kinds, so
+    /// `carried.min(abandon) + d` is `liveput()`'s busy time bit for bit.
+    abandon: f64,
 }
 
 const MISSING: u32 = u32::MAX;
@@ -376,32 +381,35 @@ const MISSING: u32 = u32::MAX;
 /// One `(from, to)` table: dense for small profiles, sparse (the transitions
 /// visited) for large ones.
 #[derive(Debug, Clone)]
-enum Table {
+enum PairTable {
     Dense(Vec<u32>),
     Sparse(HashMap<usize, u32>),
 }
 
-impl Table {
+impl PairTable {
     fn get(&self, slot: usize) -> u32 {
         match self {
-            Table::Dense(v) => v[slot],
-            Table::Sparse(m) => m.get(&slot).copied().unwrap_or(MISSING),
+            PairTable::Dense(v) => v[slot],
+            PairTable::Sparse(m) => m.get(&slot).copied().unwrap_or(MISSING),
         }
     }
 }
 
+/// The memoised transition distributions of a [`TransitionCache`]: per
+/// `(instances_before, preempted)` a [`PairTable`] of `(from, to)` slots
+/// pointing at outcome ranges, and the pair cost models they came from.
 #[derive(Debug, Clone)]
-struct Store {
+struct DistributionStore {
     max_outcomes: usize,
     max_table_entries: usize,
     /// `(instances_before, preempted)` -> index in `tables`.
     keys: BTreeMap<(u32, u32), usize>,
     /// Per key, `(S + 1) x (S + 1)` entries (`from`, `to`, the pause last):
     /// index in `heads` or [`MISSING`].
-    tables: Vec<Table>,
+    tables: Vec<PairTable>,
     /// `(start, len)` of a distribution's outcomes in `outs`.
     heads: Vec<(usize, usize)>,
-    outs: Vec<Out>,
+    outs: Vec<OutcomeTerms>,
     table_entries: usize,
     /// Per `(from, to)` slot, the pair's cost model: shared by every
     /// `(instances_before, preempted)` table, so a new fleet size or
@@ -410,7 +418,7 @@ struct Store {
     stats: CacheStats,
 }
 
-impl Store {
+impl DistributionStore {
     fn clear(&mut self) {
         self.keys.clear();
         self.tables.clear();
@@ -426,10 +434,10 @@ impl Store {
         }
         let t = self.tables.len();
         if entries <= DENSE_TABLE_MAX {
-            self.tables.push(Table::Dense(vec![MISSING; entries]));
+            self.tables.push(PairTable::Dense(vec![MISSING; entries]));
             self.table_entries += entries;
         } else {
-            self.tables.push(Table::Sparse(HashMap::new()));
+            self.tables.push(PairTable::Sparse(HashMap::new()));
         }
         self.keys.insert(key, t);
         t
@@ -441,7 +449,7 @@ impl Store {
         &mut self,
         table: usize,
         slot: usize,
-        ctx: &Ctx<'_>,
+        ctx: &PlanContext<'_>,
         step: Step,
         from: Option<usize>,
         to: usize,
@@ -452,20 +460,24 @@ impl Store {
             return Ok(self.heads[head as usize]);
         }
         self.stats.misses += 1;
-        let from_cfg = from.map(|f| ctx.cands[f].config);
+        let from_cfg = from.map(|f| ctx.layouts[f].config);
         let model = match self.models.entry(slot) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(PairModel::new(ctx.profile, from_cfg, ctx.cands.get(to).map(|c| c.config))?)
-            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(PairModel::new(
+                ctx.profile,
+                &ctx.recovery,
+                from_cfg,
+                ctx.layouts.get(to).map(|c| c.config),
+            )?),
         };
         let dist = model.distribution(step.instances_before, step.preempted, step.arrived)?;
         let lost = lost_samples(ctx.profile, from_cfg, &dist)?;
         let start = self.outs.len();
-        self.outs.extend(dist.outcomes.iter().map(|o| Out {
+        self.outs.extend(dist.outcomes.iter().map(|o| OutcomeTerms {
             p: o.probability,
             d: o.duration_ms,
             lost: if o.lost_work { lost } else { 0.0 },
+            abandon: if o.kind == MigrationKind::Restart { o.concurrent_ms } else { f64::INFINITY },
         }));
         let head = (start, self.outs.len() - start);
         let index = u32::try_from(self.heads.len())
@@ -474,8 +486,8 @@ impl Store {
             .ok_or(LiveputError::Numerical { reason: "transition cache index overflow" })?;
         self.heads.push(head);
         match &mut self.tables[table] {
-            Table::Dense(v) => v[slot] = index,
-            Table::Sparse(m) => {
+            PairTable::Dense(v) => v[slot] = index,
+            PairTable::Sparse(m) => {
                 m.insert(slot, index);
                 self.table_entries += 1;
             }
@@ -522,27 +534,32 @@ fn table_key(step: Step) -> (u32, u32) {
 
 /// A layout the program may choose.
 #[derive(Debug, Clone, Copy)]
-struct Cand {
+struct LayoutChoice {
     config: ParallelConfig,
+    /// Instances it occupies (`D x P`).
     instances: u64,
+    /// Its throughput, samples/s.
     thr: f64,
 }
 
-struct Ctx<'a> {
+/// What every interval of one planning call shares: the profile, the
+/// recovery rules and the layouts to choose from (index `S` is the pause).
+struct PlanContext<'a> {
     profile: &'a ModelProfile,
-    cands: Vec<Cand>,
+    recovery: Recovery,
+    layouts: Vec<LayoutChoice>,
 }
 
 /// The layouts the program may choose, in profile order (first occurrence).
-fn candidates(profile: &ModelProfile) -> Result<Vec<Cand>, LiveputError> {
-    let mut cands: Vec<Cand> = Vec::with_capacity(profile.configs.len());
+fn candidates(profile: &ModelProfile) -> Result<Vec<LayoutChoice>, LiveputError> {
+    let mut layouts: Vec<LayoutChoice> = Vec::with_capacity(profile.configs.len());
     for entry in &profile.configs {
         let config = entry.config;
         let instances = config.instances();
         if config.data_parallel == 0
             || config.pipeline_stages == 0
             || instances > u64::from(MAX_INSTANCES)
-            || cands.iter().any(|c| c.config == config)
+            || layouts.iter().any(|c| c.config == config)
         {
             continue;
         }
@@ -553,14 +570,17 @@ fn candidates(profile: &ModelProfile) -> Result<Vec<Cand>, LiveputError> {
                 value: thr,
             });
         }
-        cands.push(Cand { config, instances, thr });
+        layouts.push(LayoutChoice { config, instances, thr });
     }
-    Ok(cands)
+    Ok(layouts)
 }
 
 /// Knobs of the program; [`PlanOptions::default`] is what [`best_plan`] uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlanOptions {
+    /// How a stage that loses every replica is recovered (the deployment's
+    /// preemption notice). Default [`Recovery::UNANNOUNCED`].
+    pub recovery: Recovery,
     /// Largest Pareto front kept per interval and layout (clamped to `2..=65536`;
     /// see the module documentation). Default [`MAX_FRONT`].
     pub max_front: usize,
@@ -575,25 +595,30 @@ pub struct PlanOptions {
 
 impl Default for PlanOptions {
     fn default() -> Self {
-        PlanOptions { max_front: MAX_FRONT, prune_above: PRUNE_ABOVE, prune_depths: PRUNE_DEPTHS }
+        PlanOptions {
+            recovery: Recovery::UNANNOUNCED,
+            max_front: MAX_FRONT,
+            prune_above: PRUNE_ABOVE,
+            prune_depths: PRUNE_DEPTHS,
+        }
     }
 }
 
 /// Per interval and state (`steps.len() x (S + 1)`, the pause last), whether
 /// the pruned program may choose it; see the module documentation, *Pruning*.
 fn pruned_states(
-    cands: &[Cand],
+    layouts: &[LayoutChoice],
     start: Option<usize>,
     steps: &[Step],
     afters: &[u64],
     options: PlanOptions,
 ) -> Vec<bool> {
-    let n_states = cands.len() + 1;
+    let n_states = layouts.len() + 1;
     let mut by_depth: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (k, c) in cands.iter().enumerate() {
+    for (k, c) in layouts.iter().enumerate() {
         by_depth.entry(c.config.pipeline_stages).or_default().push(k);
     }
-    let width: BTreeMap<(u32, u32), usize> = cands
+    let width: BTreeMap<(u32, u32), usize> = layouts
         .iter()
         .enumerate()
         .map(|(k, c)| ((c.config.pipeline_stages, c.config.data_parallel), k))
@@ -604,16 +629,16 @@ fn pruned_states(
     // The best layout of a depth with at most `bound` instances: highest
     // throughput, then fewer instances, then profile order.
     let best_within = |ks: &[usize], bound: u64| -> Option<usize> {
-        ks.iter().copied().filter(|&k| cands[k].instances <= bound).max_by(|&x, &y| {
-            let (a, b) = (&cands[x], &cands[y]);
+        ks.iter().copied().filter(|&k| layouts[k].instances <= bound).max_by(|&x, &y| {
+            let (a, b) = (&layouts[x], &layouts[y]);
             a.thr.total_cmp(&b.thr).then(b.instances.cmp(&a.instances)).then(y.cmp(&x))
         })
     };
-    let mut kept: Vec<u32> = start.map(|k| cands[k].config.pipeline_stages).into_iter().collect();
+    let mut kept: Vec<u32> = start.map(|k| layouts[k].config.pipeline_stages).into_iter().collect();
     for &after in afters {
         let mut scored: Vec<(f64, u32)> = by_depth
             .iter()
-            .filter_map(|(&p, ks)| best_within(ks, after).map(|k| (cands[k].thr, p)))
+            .filter_map(|(&p, ks)| best_within(ks, after).map(|k| (layouts[k].thr, p)))
             .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         kept.extend(scored.iter().take(options.prune_depths.max(1)).map(|&(_, p)| p));
@@ -624,7 +649,7 @@ fn pruned_states(
     // to the widest.
     let mut grid: Vec<usize> = Vec::new();
     for p in &kept {
-        let top = by_depth[p].iter().map(|&k| cands[k].config.data_parallel).max().unwrap_or(1);
+        let top = by_depth[p].iter().map(|&k| layouts[k].config.data_parallel).max().unwrap_or(1);
         for g in 0..PRUNE_WIDTHS {
             let d = f64::from(top).powf(f64::from(g) / f64::from(PRUNE_WIDTHS - 1)).round() as u32;
             if let Some(&k) = width.get(&(*p, d)) {
@@ -642,7 +667,7 @@ fn pruned_states(
             row[k] = true;
         }
         for &k in &grid {
-            row[k] = cands[k].instances <= after;
+            row[k] = layouts[k].instances <= after;
         }
         let mut next = Vec::new();
         for p in &kept {
@@ -660,13 +685,13 @@ fn pruned_states(
         // is likely to lose.
         if step.preempted > 0 && step.instances_before > 0 {
             for &k in &anchors {
-                let c = cands[k].config;
+                let c = layouts[k].config;
                 let lam =
                     f64::from(step.preempted) * f64::from(c.data_parallel) / f64::from(step.instances_before);
                 let lost = [1, (lam + lam.sqrt()).ceil() as u32, (lam + 2.0 * lam.sqrt()).ceil() as u32 + 1];
                 for d in lost.map(|l| c.data_parallel.saturating_sub(l)) {
                     if let Some(&j) = width.get(&(c.pipeline_stages, d))
-                        && cands[j].instances <= after
+                        && layouts[j].instances <= after
                     {
                         row[j] = true;
                         next.push(j);
@@ -776,8 +801,8 @@ pub fn best_plan_hedged(
         return Ok(Vec::new());
     }
     let mixes = mixtures(steps, churn)?;
-    let ctx = Ctx { profile, cands: candidates(profile)? };
-    cache.prepare(profile);
+    let ctx = PlanContext { profile, recovery: options.recovery, layouts: candidates(profile)? };
+    cache.prepare(profile, &options.recovery);
     cache.store.stats.plans += 1;
     let TransitionCache { store, work, .. } = cache;
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
@@ -831,26 +856,26 @@ fn mixtures(steps: &[Step], churn: &[Vec<Churn>]) -> Result<Vec<Mixture>, Livepu
 
 #[allow(clippy::too_many_arguments)] // the call's inputs plus the cache's two halves
 fn run(
-    ctx: &Ctx<'_>,
+    ctx: &PlanContext<'_>,
     current: Option<ParallelConfig>,
     carried_ms: f64,
     steps: &[Mixture],
     afters: &[u64],
     interval_ms: f64,
-    store: &mut Store,
+    store: &mut DistributionStore,
     work: &mut Work,
     options: PlanOptions,
 ) -> Result<Vec<PlannedStep>, LiveputError> {
     let max_front = options.max_front;
-    let cands = &ctx.cands;
-    let s = cands.len();
+    let layouts = &ctx.layouts;
+    let s = layouts.len();
     let pause = s;
     let n_states = s + 1;
     // Layout order for ties: higher throughput, fewer instances, fewer
     // stages, fewer replicas; the pause last.
     let mut order: Vec<usize> = (0..s).collect();
     order.sort_by(|&a, &b| {
-        let (x, y) = (&cands[a], &cands[b]);
+        let (x, y) = (&layouts[a], &layouts[b]);
         y.thr
             .total_cmp(&x.thr)
             .then(x.instances.cmp(&y.instances))
@@ -865,14 +890,14 @@ fn run(
     ranges.resize(steps.len() * n_states, (0, 0));
     prev.clear();
     prev.resize(n_states, (0, 0));
-    let start_state = current.and_then(|c| cands.iter().position(|k| k.config == c)).unwrap_or(pause);
+    let start_state = current.and_then(|c| layouts.iter().position(|k| k.config == c)).unwrap_or(pause);
     let allowed = (s > options.prune_above).then(|| {
         // Shrink targets follow the scenario with the most preemptions.
         let heaviest: Vec<Step> = steps
             .iter()
             .map(|m| m.iter().map(|&(_, s)| s).max_by_key(|s| s.preempted).unwrap_or_default())
             .collect();
-        pruned_states(cands, (start_state != pause).then_some(start_state), &heaviest, afters, options)
+        pruned_states(layouts, (start_state != pause).then_some(start_state), &heaviest, afters, options)
     });
     // Per scenario of the current interval: probability, table.
     let mut tables: Vec<(f64, Step, usize)> = Vec::new();
@@ -904,7 +929,7 @@ fn run(
         }
         for t in 0..n_states {
             let pruned = allowed.as_ref().is_some_and(|a| !a[i * n_states + t]);
-            if pruned || (t != pause && cands[t].instances > after) {
+            if pruned || (t != pause && layouts[t].instances > after) {
                 ranges[i * n_states + t] = (points.len(), 0);
                 continue;
             }
@@ -914,15 +939,15 @@ fn run(
             // lost), with room for rounding: the sums over outcomes cannot
             // exceed it.
             let bound =
-                if t == pause { 0.0 } else { cands[t].thr * interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9 };
+                if t == pause { 0.0 } else { layouts[t].thr * interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9 };
             // Staying first, then the layout order: the first of equal pairs wins.
-            let depth = cands.get(t).map(|c| c.config.pipeline_stages);
+            let depth = layouts.get(t).map(|c| c.config.pipeline_stages);
             let candidates = live.iter().copied().enumerate().filter(|&(r, f)| {
                 f != t
                     && (allowed.is_none()
                         || r < PRUNE_CROSS
                         || f == pause
-                        || cands.get(f).map(|c| c.config.pipeline_stages) == depth)
+                        || layouts.get(f).map(|c| c.config.pipeline_stages) == depth)
             });
             for f in std::iter::once(t).chain(candidates.map(|(_, f)| f)) {
                 let (start, len) = prev[f];
@@ -942,7 +967,7 @@ fn run(
                 }
                 // A layout that does not fit the instances before the change
                 // (inconsistent steps, or `current`) counts as nothing running.
-                let from = (f != pause && cands[f].instances <= before).then_some(f);
+                let from = (f != pause && layouts[f].instances <= before).then_some(f);
                 let slot = from.unwrap_or(pause) * n_states + t;
                 heads.clear();
                 for &(p, step, table) in &tables {
@@ -979,14 +1004,14 @@ fn run(
                     }
                     continue;
                 }
-                let thr_to = cands[t].thr;
+                let thr_to = layouts[t].thr;
                 for (k, q) in points[start..start + len].iter().enumerate() {
                     let (mut samples, mut leftover) = (0.0f64, 0.0f64);
                     for &(w, a, b) in &heads {
                         // `liveput()`, operation for operation.
                         let (mut part, mut left) = (0.0f64, 0.0f64);
                         for o in &store.outs[a..b] {
-                            let busy = q.leftover + o.d;
+                            let busy = q.leftover.min(o.abandon) + o.d;
                             let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
                             part += o.p * (trained - o.lost);
                             left += o.p * (busy - interval_ms).max(0.0);
@@ -1072,7 +1097,7 @@ fn run(
         let p = points[at];
         let state = p.state as usize;
         *slot = PlannedStep {
-            config: cands.get(state).map(|c| c.config),
+            config: layouts.get(state).map(|c| c.config),
             expected_samples: p.samples,
             expected_leftover_ms: p.leftover,
         };

@@ -190,6 +190,7 @@ mod tests {
                 let from = from.filter(|c| c.instances() <= u64::from(before));
                 totals[slot] += crate::liveput::liveput(
                     &profile,
+                    &crate::Recovery::UNANNOUNCED,
                     from,
                     before,
                     next.preemptions,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use parcae_policy_core::ParallelConfig;
+use parcae_policy_core::{ParallelConfig, Recovery};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ProfileError, join_index, join_key};
@@ -17,7 +17,8 @@ use crate::profile::{check_non_negative, check_positive};
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Scalar constants that may be cited in [`CostConstantsFile::sources`].
-const SCALARS: [&str; 3] = ["checkpoint_save_load_ms", "checkpoint_interval_ms", "allreduce_gb_per_s"];
+const SCALARS: [&str; 4] =
+    ["checkpoint_save_load_ms", "checkpoint_interval_ms", "allreduce_gb_per_s", "checkpoint_write_gb_per_s"];
 
 /// The constants file exactly as written (see `profiles/README.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,6 +36,11 @@ pub struct CostConstantsFile {
     pub checkpoint_interval_ms: f64,
     /// All-reduce bandwidth in the artifact's unit: 1 "GB/s" = 1 MiB per ms.
     pub allreduce_gb_per_s: f64,
+    /// Rate at which one instance writes an emergency checkpoint of its
+    /// stage to durable storage, decimal GB/s. Needed only to score a
+    /// deployment with a preemption notice ([`CostConstants::recovery`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_write_gb_per_s: Option<f64>,
     /// Communicator rebuild rules, per model with a fallback.
     pub comm_rebuild: CommRebuildTable,
 }
@@ -320,6 +326,9 @@ impl CostConstants {
         check_non_negative(file, "checkpoint_save_load_ms", data.checkpoint_save_load_ms)?;
         check_positive(file, "checkpoint_interval_ms", data.checkpoint_interval_ms)?;
         check_positive(file, "allreduce_gb_per_s", data.allreduce_gb_per_s)?;
+        if let Some(rate) = data.checkpoint_write_gb_per_s {
+            check_positive(file, "checkpoint_write_gb_per_s", rate)?;
+        }
         for key in data.sources.keys() {
             if !SCALARS.contains(&key.as_str()) {
                 return Err(ProfileError::invalid(
@@ -371,6 +380,33 @@ impl CostConstants {
     /// Interval between periodic checkpoints, ms.
     pub fn checkpoint_interval_ms(&self) -> f64 {
         self.data.checkpoint_interval_ms
+    }
+
+    /// The recovery rules of a deployment whose preemptions come `notice_ms`
+    /// ahead (0: unannounced), with this file's emergency-checkpoint write
+    /// rate. A positive notice needs `checkpoint_write_gb_per_s` in the file:
+    /// its absence is an error, not a default.
+    pub fn recovery(&self, notice_ms: f64) -> Result<Recovery, ProfileError> {
+        if !(notice_ms.is_finite() && notice_ms >= 0.0) {
+            return Err(ProfileError::invalid(
+                &self.file,
+                "preemption notice",
+                format!("{notice_ms} ms: must be a finite number >= 0"),
+            ));
+        }
+        if notice_ms == 0.0 {
+            return Ok(Recovery::UNANNOUNCED);
+        }
+        let rate = self.data.checkpoint_write_gb_per_s.ok_or_else(|| {
+            ProfileError::invalid(
+                &self.file,
+                "checkpoint_write_gb_per_s",
+                format!(
+                    "missing: a preemption notice of {notice_ms} ms needs the emergency-checkpoint write rate"
+                ),
+            )
+        })?;
+        Ok(Recovery::with_notice(notice_ms, rate))
     }
 
     /// All-reduce bandwidth, MiB per ms (the artifact's "GB/s").

@@ -54,10 +54,10 @@ pub use baselines::{
 };
 pub use parcae_policy_core::liveput::MigrationMode;
 pub use peers::{Peer, PeerConstants, PeerError, PeerRun, PeerSettings};
-pub use planned::{liveput_truth, oracle, plan_steps};
+pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_under, plan_steps};
 
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
-use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use serde::Serialize;
 
 /// Milliseconds in an hour.
@@ -277,6 +277,7 @@ pub struct Simulator<'a> {
     current: Option<ParallelConfig>,
     carried_ms: f64,
     mode: MigrationMode,
+    recovery: Recovery,
 }
 
 impl<'a> Simulator<'a> {
@@ -286,16 +287,43 @@ impl<'a> Simulator<'a> {
         Self::with_mode(profile, interval_ms, MigrationMode::Live)
     }
 
-    /// A simulator at interval 0 that reconfigures as `mode` says.
+    /// A simulator at interval 0 that reconfigures as `mode` says, under
+    /// unannounced preemptions ([`Recovery::UNANNOUNCED`]).
     pub fn with_mode(
         profile: &'a ModelProfile,
         interval_ms: u64,
         mode: MigrationMode,
     ) -> Result<Self, SimError> {
+        Self::with_recovery(profile, interval_ms, mode, Recovery::UNANNOUNCED)
+    }
+
+    /// A simulator at interval 0 that reconfigures as `mode` says and
+    /// recovers stages that lose every replica as `recovery` allows (the
+    /// deployment's preemption notice; `parcae_policy_core::recovery`).
+    pub fn with_recovery(
+        profile: &'a ModelProfile,
+        interval_ms: u64,
+        mode: MigrationMode,
+        recovery: Recovery,
+    ) -> Result<Self, SimError> {
         if interval_ms == 0 {
             return Err(SimError::ZeroInterval);
         }
-        Ok(Self { profile, interval_ms, next: 0, instances_before: 0, current: None, carried_ms: 0.0, mode })
+        Ok(Self {
+            profile,
+            interval_ms,
+            next: 0,
+            instances_before: 0,
+            current: None,
+            carried_ms: 0.0,
+            mode,
+            recovery,
+        })
+    }
+
+    /// The recovery rules this simulator scores under.
+    pub fn recovery(&self) -> Recovery {
+        self.recovery
     }
 
     /// How this simulator reconfigures.
@@ -354,83 +382,48 @@ impl<'a> Simulator<'a> {
         }
         let cost = |source| SimError::CostModel { interval, source };
         let interval_ms = self.interval_ms as f64;
-        if self.mode == MigrationMode::RestartOnChange {
-            let restart = liveput::restart_transition(
-                self.profile,
-                self.current,
-                before,
-                stats.preemptions,
-                stats.arrivals,
-                to,
-            )
-            .map_err(cost)?;
-            let value = liveput::restart_liveput(
-                self.profile,
-                self.current,
-                before,
-                stats.preemptions,
-                stats.arrivals,
-                to,
-                interval_ms,
-                self.carried_ms,
-            )
-            .map_err(cost)?;
-            let mut p_by_kind = [0.0; 5];
-            p_by_kind[restart.kind.index()] = 1.0;
-            let p_restart = if restart.kind == MigrationKind::Restart { 1.0 } else { 0.0 };
-            // The busy time the interval saw: `restart_liveput`'s rule.
-            let busy = match restart.kind {
-                MigrationKind::Restart if self.carried_ms > 0.0 => {
-                    restart.duration_ms + restart.concurrent_ms
-                }
-                MigrationKind::Restart => restart.duration_ms,
-                _ => self.carried_ms,
-            };
-            let record = IntervalRecord {
-                interval,
-                instances: stats.instances,
-                arrivals: stats.arrivals,
-                preemptions: stats.preemptions,
-                config: to,
-                samples: value.expected_samples,
-                lost_samples: 0.0,
-                migration_ms: busy.min(interval_ms),
-                transition_ms: busy
-                    - if restart.kind == MigrationKind::Restart { 0.0 } else { self.carried_ms },
-                carried_in_ms: self.carried_ms,
-                leftover_ms: value.expected_leftover_ms,
-                kinds: KindProbabilities::from_array(p_by_kind),
-                p_restart,
-                p_lost_work: 0.0,
-            };
-            return Ok(self.advance(record));
-        }
-        let dist = liveput::transition_distribution(
+        let transition = (self.current, before, stats.preemptions, stats.arrivals, to);
+        let (from, before, preempted, arrived, to) = transition;
+        let dist = liveput::transition_distribution_in(
+            self.mode,
             self.profile,
-            self.current,
+            &self.recovery,
+            from,
             before,
-            stats.preemptions,
-            stats.arrivals,
+            preempted,
+            arrived,
             to,
         )
         .map_err(cost)?;
         let expected = dist.expected();
-        let lost =
-            liveput::lost_samples(self.profile, self.current, &dist).map_err(cost)? * expected.p_lost_work;
-        let value = liveput::liveput(
+        let lost = liveput::lost_samples(self.profile, from, &dist).map_err(cost)? * expected.p_lost_work;
+        let value = liveput::liveput_with_mode(
+            self.mode,
             self.profile,
-            self.current,
+            &self.recovery,
+            from,
             before,
-            stats.preemptions,
-            stats.arrivals,
+            preempted,
+            arrived,
             to,
             interval_ms,
             self.carried_ms,
         )
         .map_err(cost)?;
-        // E[min(b, T)] = E[b] - E[max(b - T, 0)], b = carried + duration.
-        let migration_ms = (self.carried_ms + expected.mean_duration_ms - value.expected_leftover_ms)
-            .clamp(0.0, interval_ms);
+        // The busy time each outcome gives the interval, by the mode's carry
+        // rule; E[min(b, T)] = E[b] - E[max(b - T, 0)].
+        let busy: f64 = dist
+            .outcomes
+            .iter()
+            .map(|o| {
+                o.probability
+                    * match self.mode {
+                        MigrationMode::Live => o.busy_ms(self.carried_ms),
+                        MigrationMode::RestartOnChange => liveput::restart_busy_ms(o, self.carried_ms),
+                    }
+            })
+            .sum();
+        let migration_ms = (busy - value.expected_leftover_ms).clamp(0.0, interval_ms);
         let record = IntervalRecord {
             interval,
             instances: stats.instances,
@@ -486,10 +479,25 @@ pub fn simulate_with(
     prices: Prices,
     mode: MigrationMode,
 ) -> Result<SimResult, SimError> {
+    simulate_under(profile, series, interval_ms, decisions, prices, mode, Recovery::UNANNOUNCED)
+}
+
+/// [`simulate_with`] under the recovery rules of `recovery` (the
+/// deployment's preemption notice): every mode applies the same rules to a
+/// stage that loses all its replicas.
+pub fn simulate_under(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    decisions: &[Option<ParallelConfig>],
+    prices: Prices,
+    mode: MigrationMode,
+    recovery: Recovery,
+) -> Result<SimResult, SimError> {
     if decisions.len() != series.len() {
         return Err(SimError::Length { decisions: decisions.len(), intervals: series.len() });
     }
-    let mut simulator = Simulator::with_mode(profile, interval_ms, mode)?;
+    let mut simulator = Simulator::with_recovery(profile, interval_ms, mode, recovery)?;
     let mut records = Vec::with_capacity(series.len());
     for (stats, &to) in series.iter().zip(decisions) {
         records.push(simulator.step(*stats, to)?);

@@ -6,11 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use parcae_policy_core::plan::{self, TransitionCache};
-use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::{
-    ArtifactStrategy, MigrationMode, Prices, SimResult, artifact, ideal, liveput_truth, oracle, reactive,
-    simulate, simulate_with,
+    ArtifactStrategy, MigrationMode, Prices, SimResult, artifact, ideal, liveput_truth_under, oracle,
+    oracle_under, reactive, simulate, simulate_under,
 };
 use parcae_traces::Trace;
 
@@ -29,6 +29,14 @@ fn shared() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// AWS's spot interruption notice, ms (DESIGN.md).
+const AWS_NOTICE_MS: f64 = 120_000.0;
+
+/// Unannounced preemptions and AWS's notice, with the constants' write rate.
+fn recoveries() -> [Recovery; 2] {
+    [Recovery::UNANNOUNCED, constants().recovery(AWS_NOTICE_MS).unwrap()]
 }
 
 fn constants() -> CostConstants {
@@ -57,14 +65,19 @@ fn segment(model: &str, name: &str) -> Trace {
     load(&shared().join(format!("traces/aws-p3/parcae-reference/{model}/trace_{name}.txt")))
 }
 
-/// Every decision sequence we can make without a policy component, by name.
-fn sequences(profile: &ModelProfile, trace: &Trace) -> Vec<(String, Vec<Option<ParallelConfig>>)> {
+/// Every decision sequence we can make without a policy component, by name,
+/// planned under `recovery` where a planner is involved.
+fn sequences(
+    profile: &ModelProfile,
+    trace: &Trace,
+    recovery: Recovery,
+) -> Vec<(String, Vec<Option<ParallelConfig>>)> {
     let series = trace.series(T).unwrap();
     let s = &series.intervals;
     let mut out = vec![
         ("reactive".to_string(), reactive(profile, s)),
-        ("liveput-truth H=8".to_string(), liveput_truth(profile, s, T, 8).unwrap()),
-        ("liveput-truth H=1".to_string(), liveput_truth(profile, s, T, 1).unwrap()),
+        ("liveput-truth H=8".to_string(), liveput_truth_under(profile, s, T, 8, recovery).unwrap()),
+        ("liveput-truth H=1".to_string(), liveput_truth_under(profile, s, T, 1, recovery).unwrap()),
         ("always pause".to_string(), vec![None; s.len()]),
     ];
     if let Some(reference) = trace.reference() {
@@ -84,46 +97,82 @@ fn score(
     simulate(profile, series, T, decisions, PRICES).unwrap()
 }
 
-fn check_bounds(profile: &ModelProfile, trace: &Trace) {
-    let name = trace.name();
+/// The Ideal bounds the Oracle, the planner's value of the Oracle's plan is
+/// the simulator's, and no decision sequence scores above the Oracle under
+/// either mode (live migration or restart on every change): the same
+/// recovery rules for every row.
+fn check_bounds(profile: &ModelProfile, trace: &Trace, recovery: Recovery) {
+    let name = format!("{} ({} ms notice)", trace.name(), recovery.preemption_notice_ms);
     let series = trace.series(T).unwrap().intervals;
+    let run = |decisions: &[Option<ParallelConfig>], mode| {
+        simulate_under(profile, &series, T, decisions, PRICES, mode, recovery).unwrap().totals.samples
+    };
     let bound = ideal(profile, &series, T, PRICES).unwrap().totals.samples;
-    let best_decisions = oracle(profile, &series, T).unwrap();
-    let best = score(profile, &series, &best_decisions).totals.samples;
+    let best_decisions = oracle_under(profile, &series, T, recovery).unwrap();
+    let best = run(&best_decisions, MigrationMode::Live);
     let slack = 1e-9 * bound.max(1.0);
     assert!(best <= bound + slack, "{name}: oracle {best} above ideal {bound}");
-    // The planner's own value of its plan is what the simulator gives it.
-    let planned = plan::best_plan(
+    let options = plan::PlanOptions { recovery, ..plan::PlanOptions::default() };
+    let planned = plan::best_plan_with(
         profile,
         None,
         0.0,
         &parcae_sim::plan_steps(&series),
         T,
+        options,
         &mut TransitionCache::default(),
     )
     .unwrap();
     let planned_value: f64 = planned.iter().map(|p| p.expected_samples).sum();
     assert!((planned_value - best).abs() <= slack, "{name}: planner says {planned_value}, simulator {best}");
-    for (what, decisions) in sequences(profile, trace) {
-        let samples = score(profile, &series, &decisions).totals.samples;
-        assert!(samples <= bound + slack, "{name}: {what} {samples} above ideal {bound}");
-        assert!(samples <= best + slack, "{name}: {what} {samples} above the oracle {best}");
+    for (what, decisions) in sequences(profile, trace, recovery) {
+        for mode in [MigrationMode::Live, MigrationMode::RestartOnChange] {
+            let samples = run(&decisions, mode);
+            let what = format!("{what} ({})", mode.as_str());
+            assert!(samples <= bound + slack, "{name}: {what} {samples} above ideal {bound}");
+            assert!(samples <= best + slack, "{name}: {what} {samples} above the oracle {best}");
+        }
     }
 }
 
 #[test]
 fn bounds_on_the_project_traces() {
     for file in ["data/traces/demo-8node.csv", "data/traces/calm-4node.csv"] {
-        check_bounds(&example(), &load(&root().join(file)));
+        for recovery in recoveries() {
+            check_bounds(&example(), &load(&root().join(file)), recovery);
+        }
     }
 }
 
 #[test]
 fn bounds_on_the_p3_segments() {
-    for model in ["gpt-1.5b", "bert"] {
+    for model in ["gpt-1.5b", "gpt-6.7b", "bert"] {
         let profile = p3(model);
         for name in ["hh_55_65", "hl_15_25", "lh_80_90", "ll_10_11"] {
-            check_bounds(&profile, &segment(model, name));
+            let Ok(path) = std::fs::canonicalize(
+                shared().join(format!("traces/aws-p3/parcae-reference/{model}/trace_{name}.txt")),
+            ) else {
+                continue; // no recorded segment for this model
+            };
+            for recovery in recoveries() {
+                check_bounds(&profile, &load(&path), recovery);
+            }
+        }
+    }
+}
+
+/// The whole public traces (p3: 683 intervals, g4dn), every model: run with
+/// `cargo test -p parcae-sim --test traces whole -- --ignored` (a few
+/// minutes in debug mode).
+#[test]
+#[ignore = "minutes in debug mode; run explicitly"]
+fn bounds_on_the_whole_public_traces() {
+    for file in ["traces/aws-p3/p3-events.csv", "traces/aws-g4dn/g4dn-events.csv"] {
+        let trace = load(&shared().join(file));
+        for model in ["gpt-1.5b", "gpt-6.7b", "bert"] {
+            for recovery in recoveries() {
+                check_bounds(&p3(model), &trace, recovery);
+            }
         }
     }
 }
@@ -194,7 +243,7 @@ fn deterministic() {
     let series = trace.series(T).unwrap().intervals;
     let run = || {
         let mut all = Vec::new();
-        for (_, decisions) in sequences(&profile, &trace) {
+        for (_, decisions) in sequences(&profile, &trace, Recovery::UNANNOUNCED) {
             all.push(score(&profile, &series, &decisions));
         }
         all.push(score(&profile, &series, &oracle(&profile, &series, T).unwrap()));
@@ -203,14 +252,12 @@ fn deterministic() {
     assert_eq!(run(), run());
 }
 
-/// `reactive` under restart-on-change and under live migration.
-fn reactive_both_ways(profile: &ModelProfile, trace: &Trace) -> (SimResult, SimResult) {
+/// `reactive` under live migration and under restart-on-change.
+fn reactive_both_ways(profile: &ModelProfile, trace: &Trace, recovery: Recovery) -> (SimResult, SimResult) {
     let series = trace.series(T).unwrap().intervals;
     let decisions = reactive(profile, &series);
-    let live = simulate(profile, &series, T, &decisions, PRICES).unwrap();
-    let restart =
-        simulate_with(profile, &series, T, &decisions, PRICES, MigrationMode::RestartOnChange).unwrap();
-    (live, restart)
+    let run = |mode| simulate_under(profile, &series, T, &decisions, PRICES, mode, recovery).unwrap();
+    (run(MigrationMode::Live), run(MigrationMode::RestartOnChange))
 }
 
 #[test]
@@ -225,31 +272,33 @@ fn restarting_never_beats_live_migration_for_reactive() {
         }
     }
     for (profile, trace) in &cases {
-        let (live, restart) = reactive_both_ways(profile, trace);
-        let name = trace.name();
-        // The live model rolls back the work since the last checkpoint when a
-        // stage loses every replica; the artifact's restart checkpoints at
-        // every reconfiguration and loses nothing. On equal footing (that
-        // rollback added back), restarting never wins. (Without it, it does
-        // win where live migration of deep reactive layouts wipes stages: the
-        // GPT-1.5B lh segment, the demo trace.)
-        let slack = 1e-9 * live.totals.samples.abs().max(1.0);
-        assert!(
-            restart.totals.samples <= live.totals.samples + live.totals.lost_samples + slack,
-            "{name}: reactive-restart {} above reactive {} (+{} rolled back)",
-            restart.totals.samples,
-            live.totals.samples,
-            live.totals.lost_samples
-        );
-        // Every interval with an availability change restarts, none other
-        // (the reactive layouts only change with the fleet).
-        for r in &restart.intervals {
-            let changed = r.interval == 0 || r.arrivals + r.preemptions > 0;
-            assert_eq!(r.p_restart, if changed && r.config.is_some() { 1.0 } else { 0.0 }, "{name} {r:?}");
-            assert_eq!(r.lost_samples, 0.0);
+        for recovery in recoveries() {
+            let (live, restart) = reactive_both_ways(profile, trace, recovery);
+            let name = format!("{} ({} ms notice)", trace.name(), recovery.preemption_notice_ms);
+            // Same recovery rules, and the live model may restart whenever
+            // that is cheaper: restarting never wins.
+            let slack = 1e-9 * live.totals.samples.abs().max(1.0);
+            assert!(
+                restart.totals.samples <= live.totals.samples + slack,
+                "{name}: reactive-restart {} above reactive {}",
+                restart.totals.samples,
+                live.totals.samples
+            );
+            // Every interval with an availability change restarts, none other
+            // (the reactive layouts only change with the fleet); with AWS's
+            // notice every wiped stage is evacuated, nothing rolls back.
+            for r in &restart.intervals {
+                let changed = r.interval == 0 || r.arrivals + r.preemptions > 0;
+                let expected = if changed && r.config.is_some() { 1.0 } else { 0.0 };
+                assert!((r.p_restart - expected).abs() < 1e-12, "{name} {r:?}");
+                if recovery.announced() {
+                    assert_eq!(r.lost_samples, 0.0, "{name} {r:?}");
+                }
+            }
+            let bound =
+                ideal(profile, &trace.series(T).unwrap().intervals, T, PRICES).unwrap().totals.samples;
+            assert!(restart.totals.samples <= bound);
         }
-        let bound = ideal(profile, &trace.series(T).unwrap().intervals, T, PRICES).unwrap().totals.samples;
-        assert!(restart.totals.samples <= bound);
     }
 }
 
@@ -257,20 +306,157 @@ fn restarting_never_beats_live_migration_for_reactive() {
 fn restart_mode_is_deterministic() {
     let profile = p3("gpt-1.5b");
     let trace = segment("gpt-1.5b", "hh_55_65");
-    let run = || serde_json::to_vec(&reactive_both_ways(&profile, &trace).1).unwrap();
+    let run = || serde_json::to_vec(&reactive_both_ways(&profile, &trace, Recovery::UNANNOUNCED).1).unwrap();
     assert_eq!(run(), run());
 }
 
 #[test]
 fn reactive_restart_of_the_segments_matches_the_artifact() {
     // DESIGN.md section 4, "throughput-optimal, reactive", samples per hour.
-    for (model, name, expected, tolerance) in [
-        ("gpt-1.5b", "hh_55_65", 107_545.0, 1.0),
-        ("gpt-1.5b", "lh_80_90", 73_255.0, 0.002 * 73_255.0),
-        ("bert", "hh_55_65", 1_603_703.0, 0.02 * 1_603_703.0),
+    // Within 3%: restart-on-change follows the live model's rules where the
+    // artifact's differ (type add/remove from the surviving holders, not from
+    // arrivals; the first start charges the checkpoint load), so that no row
+    // is measured under other rules than the Oracle's (issue 16).
+    for (model, name, expected) in [
+        ("gpt-1.5b", "hh_55_65", 107_545.0),
+        ("gpt-1.5b", "lh_80_90", 73_255.0),
+        ("bert", "hh_55_65", 1_603_703.0),
     ] {
-        let (_, restart) = reactive_both_ways(&p3(model), &segment(model, name));
+        // Under AWS's notice nothing rolls back, as in the artifact.
+        let recovery = constants().recovery(AWS_NOTICE_MS).unwrap();
+        let (_, restart) = reactive_both_ways(&p3(model), &segment(model, name), recovery);
         let got = restart.totals.samples_per_hour;
-        assert!((got - expected).abs() <= tolerance, "{model} {name}: {got} vs the artifact's {expected}");
+        assert!(
+            (got - expected).abs() <= 0.03 * expected,
+            "{model} {name}: {got} vs the artifact's {expected}"
+        );
+    }
+}
+
+/// A native policy (predictor and optimizer) driven over `series` as the
+/// host drives a guest: at interval `k` it sees the history up to `k`,
+/// forecasts `horizon - 1` more intervals and plans from the layout that ran;
+/// a first step that does not fit pauses.
+fn drive<P>(
+    policy: &mut P,
+    series: &[IntervalStats],
+    horizon: u32,
+    profile: &ModelProfile,
+) -> Vec<Option<ParallelConfig>>
+where
+    P: parcae_policy_core::Predictor + parcae_policy_core::Optimizer,
+{
+    use parcae_policy_core::{OptimizeRequest, PredictRequest};
+    let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
+    let mut fleet_min = u32::MAX;
+    let mut current = None;
+    let mut decisions = Vec::with_capacity(series.len());
+    for (k, stats) in series.iter().enumerate() {
+        fleet_min = fleet_min.min(stats.instances);
+        let predicted = policy
+            .predict(&PredictRequest {
+                history: series[..=k].to_vec(),
+                horizon: horizon - 1,
+                interval_ms: T,
+                fleet_min,
+                fleet_max,
+            })
+            .unwrap();
+        let mut forecast = vec![*stats];
+        forecast.extend(predicted);
+        let plan = policy
+            .optimize(&OptimizeRequest {
+                forecast,
+                instances_now: stats.instances,
+                current,
+                interval_ms: T,
+                profile: profile.clone(),
+            })
+            .unwrap();
+        let chosen = plan.steps.first().and_then(|s| s.config);
+        let config = chosen.filter(|c| c.instances() <= u64::from(stats.instances));
+        decisions.push(config);
+        current = config;
+    }
+    decisions
+}
+
+/// The issue 16 table: % of the Oracle for each row, per trace, model and
+/// notice. Run with `cargo test -p parcae-sim --test traces recovery_table
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore = "minutes; prints a measurement table"]
+fn recovery_table() {
+    use parcae_policy_core::arima::Arima;
+    use parcae_policy_core::optimizer::Liveput;
+    use parcae_policy_core::robust::RobustLiveput;
+
+    /// arima forecast, plain liveput optimizer.
+    #[derive(Default)]
+    struct ArimaLiveput(Arima, Liveput);
+    impl parcae_policy_core::Predictor for ArimaLiveput {
+        fn predict(&mut self, r: &parcae_policy_core::PredictRequest) -> Result<Vec<IntervalStats>, String> {
+            self.0.predict(r)
+        }
+    }
+    impl parcae_policy_core::Optimizer for ArimaLiveput {
+        fn optimize(
+            &mut self,
+            r: &parcae_policy_core::OptimizeRequest,
+        ) -> Result<parcae_policy_core::Plan, String> {
+            self.1.optimize(r)
+        }
+    }
+
+    const H: u32 = 12;
+    println!(
+        "trace  model     notice  reactive  reactive-restart  liveput-truth  arima-liveput  robust-liveput"
+    );
+    for (trace_name, file) in
+        [("p3", "traces/aws-p3/p3-events.csv"), ("g4dn", "traces/aws-g4dn/g4dn-events.csv")]
+    {
+        let series = load(&shared().join(file)).series(T).unwrap().intervals;
+        for model in ["gpt-1.5b", "gpt-6.7b", "bert"] {
+            let profile = p3(model);
+            for notice_ms in [AWS_NOTICE_MS, 0.0] {
+                let recovery = constants().recovery(notice_ms).unwrap();
+                let run = |decisions: &[Option<ParallelConfig>], mode| {
+                    simulate_under(&profile, &series, T, decisions, PRICES, mode, recovery)
+                        .unwrap()
+                        .totals
+                        .samples
+                };
+                let best = run(&oracle_under(&profile, &series, T, recovery).unwrap(), MigrationMode::Live);
+                let reactive_decisions = reactive(&profile, &series);
+                let mut arima = ArimaLiveput::default();
+                arima.1.options.recovery = recovery;
+                let mut robust = RobustLiveput::default();
+                robust.optimizer.options.recovery = recovery;
+                let rows = [
+                    run(&reactive_decisions, MigrationMode::Live),
+                    run(&reactive_decisions, MigrationMode::RestartOnChange),
+                    run(
+                        &liveput_truth_under(&profile, &series, T, H as usize, recovery).unwrap(),
+                        MigrationMode::Live,
+                    ),
+                    run(&drive(&mut arima, &series, H, &profile), MigrationMode::Live),
+                    run(&drive(&mut robust, &series, H, &profile), MigrationMode::Live),
+                ];
+                let pct: Vec<String> = rows.iter().map(|r| format!("{:>6.1}%", 100.0 * r / best)).collect();
+                println!("{trace_name:<6} {model:<9} {:>4.0} s  {}", notice_ms / 1000.0, pct.join("  "));
+                for (r, what) in rows.iter().zip([
+                    "reactive",
+                    "reactive-restart",
+                    "liveput-truth",
+                    "arima-liveput",
+                    "robust-liveput",
+                ]) {
+                    assert!(
+                        *r <= best * (1.0 + 1e-9),
+                        "{trace_name} {model} {notice_ms}: {what} above the oracle"
+                    );
+                }
+            }
+        }
     }
 }

@@ -12,8 +12,8 @@
 //! binomial probabilities with `pi = n / N` (a common factor that cancels), so
 //! every partial sum lies in `[0, 1]` and nothing overflows for any `N`.
 
-use super::plan::{Model, Rule};
-use super::{LiveputError, MigrationKind, Outcome, TransitionDistribution};
+use super::plan::{Model, Rule, Wiped};
+use super::{LiveputError, MigrationKind, MigrationMode, Outcome, TransitionDistribution};
 
 /// Preemption weights for one old layout and one number of preemptions.
 struct Hyper {
@@ -174,14 +174,17 @@ fn sorted_distinct(mut values: Vec<f64>) -> Vec<f64> {
 }
 
 /// The exact outcome distribution of `model` with `preempted` of
-/// `instances_before` instances taken (counts already checked by the caller).
+/// `instances_before` instances taken and `arrived` joining (counts already
+/// checked by the caller), when the job reconfigures as `mode` says.
 pub(super) fn distribution(
     model: &Model,
     instances_before: u32,
     preempted: u32,
+    arrived: u32,
+    mode: MigrationMode,
 ) -> Result<TransitionDistribution, LiveputError> {
-    let single = |kind, duration_ms, mean_bytes| TransitionDistribution {
-        outcomes: vec![Outcome { probability: 1.0, kind, duration_ms, lost_work: false }],
+    let single = |kind, duration_ms, concurrent_ms, mean_bytes| TransitionDistribution {
+        outcomes: vec![Outcome { probability: 1.0, kind, duration_ms, lost_work: false, concurrent_ms }],
         mean_bytes,
     };
     let from = match (model.rule, model.from) {
@@ -189,12 +192,17 @@ pub(super) fn distribution(
             return Ok(single(
                 MigrationKind::Restart,
                 model.r_add + model.restart_extra_ms,
+                model.r_add,
                 model.restart_bytes as f64,
             ));
         }
-        (_, None) => return Ok(single(MigrationKind::None, 0.0, 0.0)),
+        (_, None) => return Ok(single(MigrationKind::None, 0.0, 0.0, 0.0)),
         (_, Some(from)) => from,
     };
+    let restart_on_change = mode == MigrationMode::RestartOnChange;
+    if restart_on_change && model.to == Some(from) && preempted == 0 && arrived == 0 {
+        return Ok(single(MigrationKind::None, 0.0, 0.0, 0.0));
+    }
     let d_old = from.data_parallel as usize;
     let h = Hyper::new(
         instances_before as usize,
@@ -203,18 +211,26 @@ pub(super) fn distribution(
         preempted as usize,
         model.new_slots,
     );
-    // Stage preemption counts that leave at least one replica, and the times
-    // those produce (the maximum's candidate thresholds).
-    let k_live = (h.w.len() - 1).min(d_old - 1);
+    // How each stage recovers when it loses every replica.
+    let someone_stays = preempted < instances_before;
+    let wiped: Vec<Wiped> = model.stage_recovery.iter().map(|r| r.wiped(someone_stays)).collect();
+    let wiped_as = |j: usize, class: Wiped| wiped.get(j) == Some(&class);
+    // A stage with `k` preempted migrates live: it keeps a replica or was
+    // evacuated.
+    let live = |j: usize, k: usize| k < d_old || wiped_as(j, Wiped::Evacuated);
+    let unlost = |j: usize, k: usize| k < d_old || !wiped_as(j, Wiped::RolledBack);
+    // Stage preemption counts that migrate live, and the times those produce
+    // (the maximum's candidate thresholds).
+    let k_top = h.w.len() - 1;
     let time =
         |j: usize, k: usize| model.stage_time.get(j).and_then(|r| r.get(d_old - k)).copied().unwrap_or(0.0);
     let bytes = |j: usize, k: usize| {
         model.stage_bytes.get(j).and_then(|r| r.get(d_old - k)).copied().unwrap_or(0) as f64
     };
     let reachable_times = || {
-        let mut v = Vec::with_capacity(h.stages * (k_live + 1));
+        let mut v = Vec::with_capacity(h.stages * (k_top + 1));
         for j in 0..h.stages {
-            v.extend((0..=k_live).map(|k| time(j, k)));
+            v.extend((0..=k_top.min(d_old)).filter(|&k| live(j, k)).map(|k| time(j, k)));
         }
         v
     };
@@ -224,38 +240,65 @@ pub(super) fn distribution(
     if !(z.is_finite() && z > 0.0) {
         return Err(LiveputError::Numerical { reason: "preemption weights vanished" });
     }
-    let nz = h.masses(|_, k| k < d_old);
-    let restart = [(all[0] - nz[0]).max(0.0), (all[1] - nz[1]).max(0.0)];
+    let nz = h.masses(live);
+    // Without any notice cover the unlost stages are exactly the live ones.
+    let kept = if wiped.iter().all(|&w| w == Wiped::RolledBack) { nz } else { h.masses(unlost) };
+    let rolled_back = [(all[0] - kept[0]).max(0.0), (all[1] - kept[1]).max(0.0)];
+    let checkpointed = [(kept[0] - nz[0]).max(0.0), (kept[1] - nz[1]).max(0.0)];
     let reconfigure = [model.r_remove, model.r_add];
 
     let mut outcomes = Vec::new();
-    let mut push = |mass: f64, kind, duration_ms, lost_work| {
+    let mut push = |mass: f64, kind, duration_ms, lost_work, concurrent_ms| {
         if mass > 0.0 {
             let probability = (mass / z).min(1.0);
-            outcomes.push(Outcome { probability, kind, duration_ms, lost_work });
+            outcomes.push(Outcome { probability, kind, duration_ms, lost_work, concurrent_ms });
         }
     };
     let mut mean_bytes = 0.0;
     if model.rule == Rule::Pause {
-        push(nz[0] + nz[1], MigrationKind::None, 0.0, false);
-        push(restart[0] + restart[1], MigrationKind::None, 0.0, true);
+        push(kept[0] + kept[1], MigrationKind::None, 0.0, false, 0.0);
+        push(rolled_back[0] + rolled_back[1], MigrationKind::None, 0.0, true, 0.0);
+        return Ok(TransitionDistribution { outcomes, mean_bytes });
+    }
+    let restart_ms = |ty: usize| reconfigure[ty] + model.restart_extra_ms;
+    if restart_on_change {
+        // Every outcome restarts; only the lost work and the type differ.
+        for ty in 0..2 {
+            push(kept[ty], MigrationKind::Restart, restart_ms(ty), false, reconfigure[ty]);
+            push(rolled_back[ty], MigrationKind::Restart, restart_ms(ty), true, reconfigure[ty]);
+        }
+        mean_bytes = model.restart_bytes as f64;
         return Ok(TransitionDistribution { outcomes, mean_bytes });
     }
 
     // Threshold sweep over the cumulative distribution of the maximum stage
-    // time: `A(t)` = mass with no stage wiped and every stage time `<= t`.
+    // time: `A(t)` = mass migrating live with every stage time `<= t`. Past
+    // the restart's own extra time a checkpoint-restart is cheaper: the rest
+    // of the mass restarts.
     let sweep = |thresholds: &[f64],
                  start: [f64; 2],
                  kind,
-                 push: &mut dyn FnMut(f64, MigrationKind, f64, bool)| {
+                 push: &mut dyn FnMut(f64, MigrationKind, f64, bool, f64)| {
         let mut prev = start;
         for (i, &t) in thresholds.iter().enumerate() {
+            if model.restart_is_cheaper(t) {
+                break;
+            }
             let a =
-                if i + 1 == thresholds.len() { nz } else { h.masses(|j, k| k < d_old && time(j, k) <= t) };
+                if i + 1 == thresholds.len() { nz } else { h.masses(|j, k| live(j, k) && time(j, k) <= t) };
             for ty in 0..2 {
-                push((a[ty] - prev[ty]).max(0.0), kind, t + reconfigure[ty], false);
+                push((a[ty] - prev[ty]).max(0.0), kind, t + reconfigure[ty], false, 0.0);
             }
             prev = a;
+        }
+        for ty in 0..2 {
+            push(
+                (nz[ty] - prev[ty]).max(0.0),
+                MigrationKind::Restart,
+                restart_ms(ty),
+                false,
+                reconfigure[ty],
+            );
         }
     };
     match model.rule {
@@ -263,8 +306,14 @@ pub(super) fn distribution(
             let d_new = model.d_new as usize;
             let intra = if d_new <= d_old { h.masses(|_, k| k <= d_old - d_new) } else { [0.0; 2] };
             let none = if same_config { h.untouched() } else { 0.0 };
-            push(none, MigrationKind::None, 0.0, false);
-            push((intra[0] + intra[1] - none).max(0.0), MigrationKind::IntraStage, model.intra_ms, false);
+            push(none, MigrationKind::None, 0.0, false, 0.0);
+            push(
+                (intra[0] + intra[1] - none).max(0.0),
+                MigrationKind::IntraStage,
+                model.intra_ms,
+                false,
+                0.0,
+            );
             let thresholds = sorted_distinct(reachable_times());
             sweep(&thresholds, intra, MigrationKind::InterStage, &mut push);
         }
@@ -273,14 +322,28 @@ pub(super) fn distribution(
             times.iter_mut().for_each(|t| *t = t.max(model.base_time));
             let thresholds = sorted_distinct(times);
             sweep(&thresholds, [0.0; 2], MigrationKind::Repartition, &mut push);
-            mean_bytes += model.base_bytes as f64 * (nz[0] + nz[1]) / z;
         }
         Rule::Pause | Rule::ColdStart => {}
     }
     for ty in 0..2 {
-        push(restart[ty], MigrationKind::Restart, reconfigure[ty] + model.restart_extra_ms, true);
+        push(checkpointed[ty], MigrationKind::Restart, restart_ms(ty), false, reconfigure[ty]);
+        push(rolled_back[ty], MigrationKind::Restart, restart_ms(ty), true, reconfigure[ty]);
     }
-    let [_, _, moment] = h.run(|_, k| k < d_old, Some(&bytes));
-    mean_bytes += moment / z + model.restart_bytes as f64 * (restart[0] + restart[1]) / z;
+    // Bytes: the live migrations that stay below the restart's cost move
+    // their transfers, every restart loads the checkpoint.
+    let migrates = |j: usize, k: usize| live(j, k) && !model.restart_is_cheaper(time(j, k));
+    let base_migrates = !model.restart_is_cheaper(model.base_time);
+    let [_, _, moment] = if base_migrates { h.run(migrates, Some(&bytes)) } else { [0.0; 3] };
+    let never_cheaper = reachable_times().into_iter().all(|t| !model.restart_is_cheaper(t));
+    let migrating = match (base_migrates, never_cheaper) {
+        (false, _) => [0.0; 2],
+        (true, true) => nz,
+        (true, false) => h.masses(migrates),
+    };
+    let migrating = migrating[0] + migrating[1];
+    if model.rule == Rule::Repartition {
+        mean_bytes += model.base_bytes as f64 * migrating / z;
+    }
+    mean_bytes += moment / z + model.restart_bytes as f64 * ((z - migrating) / z).max(0.0);
     Ok(TransitionDistribution { outcomes, mean_bytes })
 }

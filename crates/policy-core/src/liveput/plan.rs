@@ -5,6 +5,7 @@
 //! [`super::exact`] take the expectation exactly.
 
 use super::{LiveputError, MigrationKind, ScenarioCost, check_config, check_size, transfer_ms};
+use crate::recovery::Recovery;
 use crate::{ModelProfile, ParallelConfig, StagePartition};
 
 /// Accept a profile figure only if it is a finite number >= 0. The field name
@@ -31,6 +32,44 @@ pub(super) enum Rule {
     },
     /// Different pipeline depth: repartition (or restart).
     Repartition,
+}
+
+/// How an old stage that lost every replica is recovered in one scenario
+/// (`crate::recovery`, rules 1-3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wiped {
+    /// Its state went to an instance that stays, within the notice.
+    Evacuated,
+    /// An emergency checkpoint was written within the notice: restart, no
+    /// rollback.
+    Checkpointed,
+    /// No notice covers it: restart and lose the work since the last
+    /// periodic checkpoint.
+    RolledBack,
+}
+
+/// Which recovery the notice allows an old stage, before knowing whether
+/// anyone stays (evacuation needs a target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct StageRecovery {
+    /// `t(B_j) <=` notice.
+    pub(super) evacuable: bool,
+    /// `B_j / write rate <=` notice.
+    pub(super) checkpointable: bool,
+}
+
+impl StageRecovery {
+    /// The recovery of the stage when it loses every replica; `someone_stays`:
+    /// fewer preemptions than instances.
+    pub(super) fn wiped(self, someone_stays: bool) -> Wiped {
+        if self.evacuable && someone_stays {
+            Wiped::Evacuated
+        } else if self.checkpointable {
+            Wiped::Checkpointed
+        } else {
+            Wiped::RolledBack
+        }
+    }
 }
 
 /// One transition's cost model; see the module documentation of `liveput`.
@@ -68,15 +107,22 @@ pub(super) struct Model {
     pub(super) restart_extra_ms: f64,
     /// Bytes a restart loads: `d x` the whole state.
     pub(super) restart_bytes: u64,
+    /// Per old stage, what the notice allows when it loses every replica
+    /// (empty without an old layout; all `false` without a notice).
+    pub(super) stage_recovery: Vec<StageRecovery>,
 }
 
 impl Model {
     /// Build the model of `from -> to`, checking the profile figures it uses.
     pub(super) fn new(
         profile: &ModelProfile,
+        recovery: &Recovery,
         from: Option<ParallelConfig>,
         to: Option<ParallelConfig>,
     ) -> Result<Model, LiveputError> {
+        if let Some((field, value)) = recovery.invalid_field() {
+            return Err(LiveputError::BadProfileValue { field: format!("recovery.{field}"), value });
+        }
         if let Some(from) = from {
             check_config(from)?;
         }
@@ -95,7 +141,20 @@ impl Model {
             intra_ms: 0.0,
             restart_extra_ms: 0.0,
             restart_bytes: 0,
+            stage_recovery: Vec::new(),
         };
+        if let Some(from) = from {
+            model.stage_recovery = vec![StageRecovery::default(); from.pipeline_stages as usize];
+            // Without a notice nothing is covered and the old partition is
+            // not needed (a pause never needed it).
+            if recovery.announced() {
+                let old_part = partition(profile, from.pipeline_stages)?;
+                for (r, &bytes) in model.stage_recovery.iter_mut().zip(&old_part.state_bytes_per_stage) {
+                    r.evacuable = recovery.fits(transfer_ms(&profile.transfer_curve, bytes));
+                    r.checkpointable = recovery.fits(recovery.checkpoint_write_ms(bytes));
+                }
+            }
+        }
         let Some(to) = to else {
             return Ok(model);
         };
@@ -137,12 +196,21 @@ impl Model {
         if from.pipeline_stages == to.pipeline_stages {
             model.rule = Rule::SameDepth { same_config: from == to };
             inter_stage_tables(&mut model, new_part, from.data_parallel, to.data_parallel, curve);
+            evacuation_entries(&mut model, new_part, curve);
         } else {
             model.rule = Rule::Repartition;
             let old_part = partition(profile, from.pipeline_stages)?;
             repartition_tables(&mut model, old_part, new_part, from.data_parallel, to.data_parallel, curve)?;
+            evacuation_entries(&mut model, old_part, curve);
         }
         Ok(model)
+    }
+
+    /// Whether a live migration that would spend `transfer_ms` in transfers
+    /// is replaced by a checkpoint-restart, which is cheaper (both pay the
+    /// same `R_type`). The live model may always restart instead.
+    pub(super) fn restart_is_cheaper(&self, transfer_ms: f64) -> bool {
+        transfer_ms > self.restart_extra_ms
     }
 
     /// `R_add` when the new layout needs instances that held no stage
@@ -173,39 +241,57 @@ impl Model {
         {
             return Err(LiveputError::ToDoesNotFit { to, available });
         }
-        let wiped = survivors.contains(&0);
+        let someone_stays = holders + u64::from(spare_survivors) > 0;
+        let mut worst = None;
+        for (j, _) in survivors.iter().enumerate().filter(|&(_, &s)| s == 0) {
+            let wiped = self.stage_recovery.get(j).copied().unwrap_or_default().wiped(someone_stays);
+            worst = match (worst, wiped) {
+                (Some(Wiped::RolledBack), _) | (_, Wiped::RolledBack) => Some(Wiped::RolledBack),
+                (Some(Wiped::Checkpointed), _) | (_, Wiped::Checkpointed) => Some(Wiped::Checkpointed),
+                _ => Some(Wiped::Evacuated),
+            };
+        }
         let cost = |kind, duration_ms, bytes_moved, lost_work| ScenarioCost {
             kind,
             duration_ms,
             bytes_moved,
             lost_work,
+            concurrent_ms: 0.0,
         };
-        let restart = |lost| {
-            cost(
-                MigrationKind::Restart,
-                self.reconfigure_ms(holders) + self.restart_extra_ms,
-                self.restart_bytes,
-                lost,
-            )
+        let restart = |lost_work| {
+            let r_type = self.reconfigure_ms(holders);
+            ScenarioCost {
+                kind: MigrationKind::Restart,
+                duration_ms: r_type + self.restart_extra_ms,
+                bytes_moved: self.restart_bytes,
+                lost_work,
+                concurrent_ms: r_type,
+            }
+        };
+        // A live migration, or the restart that is cheaper.
+        let migrate = |kind| {
+            let (time, bytes) = self.transfers(survivors);
+            if self.restart_is_cheaper(time) {
+                restart(false)
+            } else {
+                cost(kind, time + self.reconfigure_ms(holders), bytes, false)
+            }
         };
         Ok(match self.rule {
-            Rule::Pause => cost(MigrationKind::None, 0.0, 0, wiped),
+            Rule::Pause => cost(MigrationKind::None, 0.0, 0, worst == Some(Wiped::RolledBack)),
             Rule::ColdStart => restart(false),
-            _ if wiped => restart(true),
+            _ if worst == Some(Wiped::RolledBack) => restart(true),
+            _ if worst == Some(Wiped::Checkpointed) => restart(false),
             Rule::SameDepth { same_config } => {
                 if same_config && survivors.iter().all(|&s| s == degree) {
                     cost(MigrationKind::None, 0.0, 0, false)
                 } else if survivors.iter().all(|&s| s >= self.d_new) {
                     cost(MigrationKind::IntraStage, self.intra_ms, 0, false)
                 } else {
-                    let (time, bytes) = self.transfers(survivors);
-                    cost(MigrationKind::InterStage, time + self.reconfigure_ms(holders), bytes, false)
+                    migrate(MigrationKind::InterStage)
                 }
             }
-            Rule::Repartition => {
-                let (time, bytes) = self.transfers(survivors);
-                cost(MigrationKind::Repartition, time + self.reconfigure_ms(holders), bytes, false)
-            }
+            Rule::Repartition => migrate(MigrationKind::Repartition),
         })
     }
 
@@ -251,10 +337,23 @@ fn partition(profile: &ModelProfile, stages: u32) -> Result<&StagePartition, Liv
     Ok(part)
 }
 
+/// Entry `s = 0` of every stage's tables: the stage evacuated to an instance
+/// that stays (`t(B_j)` bytes of its old state), then served from there as
+/// by one survivor (entry `s = 1`). Used only when the notice allows it.
+fn evacuation_entries(model: &mut Model, old: &StagePartition, curve: &[crate::TransferPoint]) {
+    let rows = model.stage_time.iter_mut().zip(model.stage_bytes.iter_mut());
+    for ((times, bytes), &stage_bytes) in rows.zip(&old.state_bytes_per_stage) {
+        if let (Some(&t1), Some(&b1)) = (times.get(1), bytes.get(1)) {
+            times[0] = transfer_ms(curve, stage_bytes) + t1;
+            bytes[0] = saturate(u128::from(stage_bytes) + u128::from(b1));
+        }
+    }
+}
+
 /// Same depth: old stage `j` keeping `1 <= s < d` replicas lacks `delta = d -
 /// s`; its survivors each send the full stage state to `ceil(delta / s)`
-/// receivers in turn. No cost for `s >= d` (and `s = 0` is a restart, not
-/// looked up).
+/// receivers in turn. No cost for `s >= d`; entry `s = 0` is the evacuated
+/// stage's ([`evacuation_entries`]).
 fn inter_stage_tables(
     model: &mut Model,
     part: &StagePartition,

@@ -6,6 +6,9 @@ use super::plan::{self, Model};
 use super::*;
 use crate::{ConfigProfile, StagePartition};
 
+/// Unannounced preemptions (the rules before issue 16).
+const U: Recovery = Recovery::UNANNOUNCED;
+
 // ---------------------------------------------------------------- fixtures
 
 /// The point-to-point curve of the p3 cluster (the artifact's
@@ -454,11 +457,11 @@ fn bad_inputs_are_errors_not_panics() {
     ));
     // Liveput time checks.
     assert!(matches!(
-        liveput(&p, cfg(1, 2), 8, 0, 0, cfg(1, 2), f64::NAN, 0.0),
+        liveput(&p, &U, cfg(1, 2), 8, 0, 0, cfg(1, 2), f64::NAN, 0.0),
         Err(LiveputError::BadTime { what: "interval_ms", .. })
     ));
     assert!(matches!(
-        liveput(&p, cfg(1, 2), 8, 0, 0, cfg(1, 2), 60_000.0, -1.0),
+        liveput(&p, &U, cfg(1, 2), 8, 0, 0, cfg(1, 2), 60_000.0, -1.0),
         Err(LiveputError::BadTime { what: "carried_ms", .. })
     ));
     // Messages say what is wrong.
@@ -497,25 +500,25 @@ fn liveput_charges_time_leftover_and_lost_work() {
     let p = profile_with(&SMALL, &all_configs(8, 9));
     let thr = entry(&p, 2, 2).samples_per_second;
     // Nothing happens: the whole interval trains.
-    let v = liveput(&p, cfg(2, 2), 8, 0, 0, cfg(2, 2), 60_000.0, 0.0).unwrap();
+    let v = liveput(&p, &U, cfg(2, 2), 8, 0, 0, cfg(2, 2), 60_000.0, 0.0).unwrap();
     assert!(close(v.expected_samples, thr * 60.0, 1e-12));
     assert_eq!(v.expected_leftover_ms, 0.0);
     // A carried migration longer than the interval: no samples, rest carried.
-    let v = liveput(&p, cfg(2, 2), 8, 0, 0, cfg(2, 2), 60_000.0, 75_000.0).unwrap();
+    let v = liveput(&p, &U, cfg(2, 2), 8, 0, 0, cfg(2, 2), 60_000.0, 75_000.0).unwrap();
     assert_eq!(v.expected_samples, 0.0);
     assert!(close(v.expected_leftover_ms, 15_000.0, 1e-12));
     // Certain restart: the migration takes time, and the work since the
     // checkpoint is lost (at the old layout's speed), whatever runs next.
-    let v = liveput(&p, cfg(2, 2), 4, 4, 4, cfg(2, 2), 60_000.0, 0.0).unwrap();
+    let v = liveput(&p, &U, cfg(2, 2), 4, 4, 4, cfg(2, 2), 60_000.0, 0.0).unwrap();
     let c = scenario_cost(&p, cfg(2, 2), &[0, 0], 0, 4, cfg(2, 2)).unwrap();
     let lost = lost_work_ms(&p) * thr / 1000.0;
     let trained = thr * (60_000.0 - c.duration_ms).max(0.0) / 1000.0;
     assert!(close(v.expected_samples, trained - lost, 1e-9));
     assert!(close(v.expected_leftover_ms, (c.duration_ms - 60_000.0).max(0.0), 1e-12));
     // A pause trains nothing and carries nothing, but cannot escape the loss.
-    let v = liveput(&p, cfg(2, 2), 8, 0, 0, None, 60_000.0, 5_000.0).unwrap();
+    let v = liveput(&p, &U, cfg(2, 2), 8, 0, 0, None, 60_000.0, 5_000.0).unwrap();
     assert_eq!(v, LiveputValue::default());
-    let v = liveput(&p, cfg(2, 2), 4, 4, 4, None, 60_000.0, 0.0).unwrap();
+    let v = liveput(&p, &U, cfg(2, 2), 4, 4, 4, None, 60_000.0, 0.0).unwrap();
     assert!(close(v.expected_samples, -lost, 1e-9));
     assert_eq!(v.expected_leftover_ms, 0.0);
 }
@@ -548,6 +551,8 @@ fn scenario_liveput(
     };
     let Some(to) = to else { return (-lost, 0.0) };
     let thr_to = p.config(to).unwrap().samples_per_second;
+    // A restart abandons a longer carried migration for its `R_type`.
+    let carried = if c.kind == MigrationKind::Restart { carried.min(c.concurrent_ms) } else { carried };
     let busy = carried + c.duration_ms;
     (thr_to * (interval - busy).max(0.0) / 1000.0 - lost, (busy - interval).max(0.0))
 }
@@ -565,69 +570,174 @@ fn add(s: &mut Sums, w: f64, c: &ScenarioCost, lp: (f64, f64)) {
 const INTERVAL: f64 = 60_000.0;
 const CARRIED: f64 = 1_500.0;
 
+/// Recoveries that split the stages of `SMALL` and GPT-shaped profiles
+/// between the three rules (`crate::recovery`): none, a notice that lets
+/// small stages evacuate and the others write a fast emergency checkpoint or
+/// roll back, and one that covers everything.
+const RECOVERIES: [Recovery; 4] = [
+    Recovery::UNANNOUNCED,
+    Recovery { preemption_notice_ms: 15.0, checkpoint_write_bytes_per_ms: 2e6 },
+    Recovery { preemption_notice_ms: 15.0, checkpoint_write_bytes_per_ms: 5e5 },
+    Recovery { preemption_notice_ms: 1e9, checkpoint_write_bytes_per_ms: 1e9 },
+];
+
+/// Restart-on-change's cost of one scenario, written from its rules: the
+/// live model's restart (type from the surviving holders), or nothing when
+/// nothing happened; lost work as the live model's.
+#[allow(clippy::too_many_arguments)]
+fn restart_on_change_scenario(
+    model: &Model,
+    live: &ScenarioCost,
+    from: Option<ParallelConfig>,
+    surv: &[u32],
+    n_out: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+) -> ScenarioCost {
+    let none = ScenarioCost {
+        kind: MigrationKind::None,
+        duration_ms: 0.0,
+        bytes_moved: 0,
+        lost_work: live.lost_work,
+        concurrent_ms: 0.0,
+    };
+    if to.is_none() || (from == to && n_out == 0 && arrived == 0) {
+        return none;
+    }
+    let holders: u64 = surv.iter().map(|&s| u64::from(s)).sum();
+    let r_type = model.reconfigure_ms(holders);
+    ScenarioCost {
+        kind: MigrationKind::Restart,
+        duration_ms: r_type + model.restart_extra_ms,
+        bytes_moved: model.restart_bytes,
+        lost_work: live.lost_work,
+        concurrent_ms: r_type,
+    }
+}
+
+/// Per-scenario restart-on-change samples and leftover (the artifact's carry).
+fn restart_scenario_liveput(
+    p: &ModelProfile,
+    from: Option<ParallelConfig>,
+    to: Option<ParallelConfig>,
+    c: &ScenarioCost,
+    interval: f64,
+    carried: f64,
+) -> (f64, f64) {
+    let lost = match from {
+        Some(f) if c.lost_work => lost_work_ms(p) * p.config(f).unwrap().samples_per_second / 1000.0,
+        _ => 0.0,
+    };
+    let busy = match c.kind {
+        MigrationKind::Restart if carried > 0.0 => c.duration_ms + c.concurrent_ms,
+        MigrationKind::Restart => c.duration_ms,
+        _ => carried,
+    };
+    let thr_to = to.map_or(0.0, |t| p.config(t).unwrap().samples_per_second);
+    (thr_to * (interval - busy).max(0.0) / 1000.0 - lost, (busy - interval).max(0.0))
+}
+
 #[test]
 fn exact_matches_enumeration_of_every_subset() {
     let configs = all_configs(10, 9);
     let p = profile_with(&SMALL, &configs);
     let mut cases = 0;
-    for n_all in [1u32, 3, 6, 8, 10] {
-        let froms: Vec<_> =
-            configs.iter().filter(|c| c.0 * c.1 <= n_all).map(|&(d, p)| cfg(d, p)).chain([None]).collect();
-        for from in froms {
-            for n_out in 0..=n_all {
-                for arrived in [0u32, 2] {
-                    let available = n_all - n_out + arrived;
-                    let tos: Vec<_> = configs
-                        .iter()
-                        .filter(|c| c.0 * c.1 <= available)
-                        .map(|&(d, p)| cfg(d, p))
-                        .chain([None])
-                        .collect();
-                    for &to in &tos {
-                        let mut sums = Sums::default();
-                        for mask in 0u32..(1 << n_all) {
-                            if mask.count_ones() != n_out {
-                                continue;
-                            }
-                            let ids: Vec<u32> = (0..n_all).filter(|i| mask >> i & 1 == 1).collect();
-                            let (surv, spare) = match from {
-                                Some(f) => {
-                                    let pl = Placement::from_preempted(f, n_all, &ids).unwrap();
-                                    (pl.survivors_per_stage, pl.spare_survivors)
-                                }
-                                None => (vec![], n_all - n_out),
-                            };
-                            let c = scenario_cost(&p, from, &surv, spare, arrived, to).unwrap();
-                            let lp = scenario_liveput(&p, from, to, &c, INTERVAL, CARRIED);
-                            add(&mut sums, 1.0, &c, lp);
+    let mut covered = [0usize; 3]; // scenarios evacuated, checkpointed, rolled back
+    for rec in &RECOVERIES {
+        for n_all in [1u32, 3, 6, 8, 10] {
+            let froms: Vec<_> = configs
+                .iter()
+                .filter(|c| c.0 * c.1 <= n_all)
+                .map(|&(d, p)| cfg(d, p))
+                .chain([None])
+                .collect();
+            for from in froms {
+                for n_out in 0..=n_all {
+                    for arrived in [0u32, 2] {
+                        let available = n_all - n_out + arrived;
+                        let tos: Vec<_> = configs
+                            .iter()
+                            .filter(|c| c.0 * c.1 <= available)
+                            .map(|&(d, p)| cfg(d, p))
+                            .chain([None])
+                            .collect();
+                        for &to in &tos {
+                            check_against_enumeration(&p, rec, from, n_all, n_out, arrived, to, &mut covered);
+                            cases += 1;
                         }
-                        let w = sums.weight;
-                        let e = expected_transition(&p, from, n_all, n_out, arrived, to).unwrap();
-                        let v = liveput(&p, from, n_all, n_out, arrived, to, INTERVAL, CARRIED).unwrap();
-                        let what = format!("{from:?} on {n_all}, -{n_out} +{arrived} -> {to:?}");
-                        for k in 0..5 {
-                            assert!(
-                                close(e.p_by_kind[k], sums.kinds[k] / w, 1e-9),
-                                "{what}: kind {k}: {e:?}"
-                            );
-                        }
-                        assert!(close(e.p_by_kind.iter().sum(), 1.0, 1e-12), "{what}");
-                        assert!(close(e.mean_duration_ms, sums.duration / w, 1e-9), "{what}: {e:?}");
-                        assert!(
-                            close(e.mean_bytes, sums.bytes / w, 1e-9),
-                            "{what}: {e:?} vs {}",
-                            sums.bytes / w
-                        );
-                        assert!(close(e.p_lost_work, sums.lost / w, 1e-9), "{what}");
-                        assert!(close(v.expected_samples, sums.samples / w, 1e-9), "{what}: {v:?}");
-                        assert!(close(v.expected_leftover_ms, sums.leftover / w, 1e-9), "{what}: {v:?}");
-                        cases += 1;
                     }
                 }
             }
         }
     }
-    assert!(cases > 1000, "{cases}");
+    assert!(cases > 4000, "{cases}");
+    assert!(covered.iter().all(|&c| c > 1000), "every rule is exercised: {covered:?}");
+}
+
+/// Every subset of `n_out` preempted instances, scored one by one, against
+/// the exact distributions of live migration and restart-on-change.
+#[allow(clippy::too_many_arguments)]
+fn check_against_enumeration(
+    p: &ModelProfile,
+    rec: &Recovery,
+    from: Option<ParallelConfig>,
+    n_all: u32,
+    n_out: u32,
+    arrived: u32,
+    to: Option<ParallelConfig>,
+    covered: &mut [usize; 3],
+) {
+    let model = Model::new(p, rec, from, to).unwrap();
+    let (mut sums, mut restart_sums) = (Sums::default(), Sums::default());
+    for mask in 0u32..(1 << n_all) {
+        if mask.count_ones() != n_out {
+            continue;
+        }
+        let ids: Vec<u32> = (0..n_all).filter(|i| mask >> i & 1 == 1).collect();
+        let (surv, spare) = match from {
+            Some(f) => {
+                let pl = Placement::from_preempted(f, n_all, &ids).unwrap();
+                (pl.survivors_per_stage, pl.spare_survivors)
+            }
+            None => (vec![], n_all - n_out),
+        };
+        let c = scenario_cost_under(p, rec, from, &surv, spare, arrived, to).unwrap();
+        if surv.contains(&0) && to.is_some() {
+            let slot = if c.lost_work {
+                2
+            } else if c.kind == MigrationKind::Restart {
+                1
+            } else {
+                0
+            };
+            covered[slot] += 1;
+        }
+        let lp = scenario_liveput(p, from, to, &c, INTERVAL, CARRIED);
+        add(&mut sums, 1.0, &c, lp);
+        let r = restart_on_change_scenario(&model, &c, from, &surv, n_out, arrived, to);
+        let rp = restart_scenario_liveput(p, from, to, &r, INTERVAL, CARRIED);
+        add(&mut restart_sums, 1.0, &r, rp);
+    }
+    let what = format!("{rec:?}: {from:?} on {n_all}, -{n_out} +{arrived} -> {to:?}");
+    let e = transition_distribution_under(p, rec, from, n_all, n_out, arrived, to).unwrap().expected();
+    let v = liveput(p, rec, from, n_all, n_out, arrived, to, INTERVAL, CARRIED).unwrap();
+    check_sums(&what, &e, &v, &sums);
+    let e = restart_transition(p, rec, from, n_all, n_out, arrived, to).unwrap().expected();
+    let v = restart_liveput(p, rec, from, n_all, n_out, arrived, to, INTERVAL, CARRIED).unwrap();
+    check_sums(&format!("restart on change, {what}"), &e, &v, &restart_sums);
+}
+
+fn check_sums(what: &str, e: &Expected, v: &LiveputValue, sums: &Sums) {
+    let w = sums.weight;
+    for k in 0..5 {
+        assert!(close(e.p_by_kind[k], sums.kinds[k] / w, 1e-9), "{what}: kind {k}: {e:?}");
+    }
+    assert!(close(e.p_by_kind.iter().sum(), 1.0, 1e-12), "{what}");
+    assert!(close(e.mean_duration_ms, sums.duration / w, 1e-9), "{what}: {e:?}");
+    assert!(close(e.mean_bytes, sums.bytes / w, 1e-9), "{what}: {e:?} vs {}", sums.bytes / w);
+    assert!(close(e.p_lost_work, sums.lost / w, 1e-9), "{what}");
+    assert!(close(v.expected_samples, sums.samples / w, 1e-9), "{what}: {v:?}");
+    assert!(close(v.expected_leftover_ms, sums.leftover / w, 1e-9), "{what}: {v:?}");
 }
 
 // ---------------------------------------------------------------- Monte Carlo oracle
@@ -726,14 +836,16 @@ fn exact_agrees_with_monte_carlo_within_four_standard_errors() {
                         continue;
                     }
                     let to = cfg(d2, p2);
-                    let what = format!("{d}x{pp} on {n_all}, -{n_out} +{arrived} -> {d2}x{p2}");
-                    let model = Model::new(p, from, to).unwrap();
+                    let what = format!("{d}x{pp} on {n_all}, -{n_out} +{arrived} -> {d2}x{p2}, seed {seed}");
+                    let rec = &RECOVERIES[(seed % 4) as usize];
+                    let model = Model::new(p, rec, from, to).unwrap();
                     seed += 1;
                     let (s1, s2) = monte_carlo(p, &model, from, to, n_all, n_out, arrived, draws, seed);
                     let m = draws as f64;
-                    let dist = transition_distribution(p, from, n_all, n_out, arrived, to).unwrap();
+                    let dist =
+                        transition_distribution_under(p, rec, from, n_all, n_out, arrived, to).unwrap();
                     let e = dist.expected();
-                    let v = liveput(p, from, n_all, n_out, arrived, to, INTERVAL, CARRIED).unwrap();
+                    let v = liveput(p, rec, from, n_all, n_out, arrived, to, INTERVAL, CARRIED).unwrap();
                     assert!(close(e.p_by_kind.iter().sum(), 1.0, 1e-12), "{what}");
                     // Standard errors from the exact distribution (the MC sample
                     // variance misses rare outcomes, such as no stage being wiped
@@ -760,6 +872,7 @@ fn exact_agrees_with_monte_carlo_within_four_standard_errors() {
                             duration_ms: o.duration_ms,
                             bytes_moved: 0,
                             lost_work: o.lost_work,
+                            concurrent_ms: o.concurrent_ms,
                         };
                         scenario_liveput(p, from, to, &c, INTERVAL, CARRIED)
                     };
@@ -794,7 +907,7 @@ fn public_scenario_cost_equals_model_scenario() {
         let (d2, p2) = [(2, 16), (1, 16), (3, 8), (2, 8), (4, 6)][rng.below(5) as usize];
         let s: Vec<u32> = (0..pp).map(|_| rng.below(d + 1)).collect();
         let a = scenario_cost(&p, cfg(d, pp), &s, 32, 0, cfg(d2, p2)).unwrap();
-        let b = Model::new(&p, cfg(d, pp), cfg(d2, p2)).unwrap().scenario(&s, 32, 0).unwrap();
+        let b = Model::new(&p, &U, cfg(d, pp), cfg(d2, p2)).unwrap().scenario(&s, 32, 0).unwrap();
         assert_eq!(a, b);
     }
 }
@@ -871,7 +984,7 @@ fn random_inputs_never_panic() {
         let arrived = rng.below(6);
         if expected_transition(&p, from, n_all, n_out, arrived, to).is_ok() {
             ok += 1;
-            let v = liveput(&p, from, n_all, n_out, arrived, to, 60_000.0, 0.0).unwrap();
+            let v = liveput(&p, &U, from, n_all, n_out, arrived, to, 60_000.0, 0.0).unwrap();
             let floor = -lost_work_ms(&p) * p.peak_samples_per_second() / 1000.0;
             assert!(v.expected_samples >= floor * (1.0 + 1e-9) && v.expected_leftover_ms >= 0.0);
         }
@@ -899,47 +1012,57 @@ fn restart_on_change_follows_the_artifacts_reactive_baseline() {
     assert!(close(r_add(&profile, 1, 2), 22_495.0, 1e-12));
     assert!(close(r_add(&profile, 2, 2), 23_995.0, 1e-12));
 
-    // A preemption, no arrival: remove, checkpoint 14 s, serial transfer.
-    let c = restart_transition(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2)).unwrap();
+    let only = |d: TransitionDistribution| {
+        assert_eq!(d.outcomes.len(), 1, "{d:?}");
+        (d.outcomes[0], d.mean_bytes)
+    };
+    // A preemption, no arrival, every stage keeps a replica: remove,
+    // checkpoint 14 s, serial transfer.
+    let (c, bytes) = only(restart_transition(&profile, &U, cfg(2, 2), 4, 1, 0, cfg(1, 2)).unwrap());
     assert_eq!(c.kind, MigrationKind::Restart);
-    assert!(!c.add && !c.lost_work);
+    assert!(!c.lost_work);
     assert!(close(c.duration_ms, 11_130.8 + 14_000.0 + serial, 1e-12), "{c:?}");
-    assert!(close(c.serial_transfer_ms, serial, 1e-12));
-    assert_eq!(c.checkpoint_ms, 14_000.0);
     assert!(close(c.concurrent_ms, 11_130.8, 1e-12));
-    assert_eq!(c.bytes_moved, 22_800_000 + 7_920_000);
+    assert_eq!(bytes, (22_800_000 + 7_920_000) as f64);
 
-    // An arrival (even with a preemption in the same interval): add.
-    let c = restart_transition(&profile, cfg(1, 2), 3, 1, 2, cfg(2, 2)).unwrap();
-    assert!(c.add);
-    assert!(close(c.duration_ms, 23_995.0 + 14_000.0 + serial, 1e-12), "{c:?}");
-    assert_eq!(c.bytes_moved, 2 * (22_800_000 + 7_920_000));
+    // The new layout needs more than the surviving holders: add. A stage of
+    // (1, 2) preempted without notice (2 of the 3 instances are holders)
+    // rolls back, as under live migration.
+    let e = restart_transition(&profile, &U, cfg(1, 2), 3, 1, 2, cfg(2, 2)).unwrap().expected();
+    assert_eq!(e.p_restart, 1.0);
+    assert!(close(e.mean_duration_ms, 23_995.0 + 14_000.0 + serial, 1e-12), "{e:?}");
+    assert!(close(e.p_lost_work, 2.0 / 3.0, 1e-12), "{e:?}");
+    assert_eq!(e.mean_bytes, (2 * (22_800_000 + 7_920_000)) as f64);
+    // With a notice that covers the evacuation nothing is lost.
+    let notice = Recovery { preemption_notice_ms: 120_000.0, checkpoint_write_bytes_per_ms: 0.0 };
+    let e = restart_transition(&profile, &notice, cfg(1, 2), 3, 1, 2, cfg(2, 2)).unwrap().expected();
+    assert_eq!((e.p_restart, e.p_lost_work), (1.0, 0.0));
 
-    // Any event restarts, even a lost spare with the layout unchanged.
-    let c = restart_transition(&profile, cfg(1, 2), 3, 1, 0, cfg(1, 2)).unwrap();
-    assert_eq!(c.kind, MigrationKind::Restart);
-    assert!(close(c.duration_ms, 11_130.8 + 14_000.0 + serial, 1e-12));
+    // Any event restarts, even a lost spare with the layout unchanged: type
+    // remove when the spare goes (1/3), add when a holder goes.
+    let e = restart_transition(&profile, &U, cfg(1, 2), 3, 1, 0, cfg(1, 2)).unwrap().expected();
+    assert_eq!(e.p_restart, 1.0);
+    let mean = (11_130.8 + 2.0 * 22_495.0) / 3.0 + 14_000.0 + serial;
+    assert!(close(e.mean_duration_ms, mean, 1e-12), "{e:?}");
 
-    // Nothing happened, same layout: free. A pause: free.
-    let c = restart_transition(&profile, cfg(2, 2), 4, 0, 0, cfg(2, 2)).unwrap();
+    // Nothing happened, same layout: free. A pause: free (the lost work of a
+    // wiped stage still lost).
+    let (c, _) = only(restart_transition(&profile, &U, cfg(2, 2), 4, 0, 0, cfg(2, 2)).unwrap());
     assert_eq!((c.kind, c.duration_ms), (MigrationKind::None, 0.0));
-    let c = restart_transition(&profile, cfg(2, 2), 4, 3, 0, None).unwrap();
-    assert_eq!((c.kind, c.duration_ms), (MigrationKind::None, 0.0));
+    let e = restart_transition(&profile, &U, cfg(2, 2), 4, 3, 0, None).unwrap().expected();
+    assert_eq!((e.p_by_kind[0], e.mean_duration_ms, e.p_lost_work), (1.0, 0.0, 1.0));
 
-    // First start: add, no checkpoint. Resume after a pause: checkpoint.
-    let c = restart_transition(&profile, None, 0, 0, 4, cfg(2, 2)).unwrap();
-    assert!(c.add);
-    assert!(close(c.duration_ms, 23_995.0 + serial, 1e-12), "{c:?}");
-    let c = restart_transition(&profile, None, 1, 0, 3, cfg(2, 2)).unwrap();
+    // A start: add and the checkpoint, as a live cold start.
+    let (c, _) = only(restart_transition(&profile, &U, None, 0, 0, 4, cfg(2, 2)).unwrap());
     assert!(close(c.duration_ms, 23_995.0 + 14_000.0 + serial, 1e-12), "{c:?}");
 
     // Errors are the live model's.
     assert!(matches!(
-        restart_transition(&profile, cfg(2, 2), 4, 1, 0, cfg(2, 2)),
+        restart_transition(&profile, &U, cfg(2, 2), 4, 1, 0, cfg(2, 2)),
         Err(LiveputError::ToDoesNotFit { .. })
     ));
     assert!(matches!(
-        restart_transition(&profile, cfg(2, 2), 4, 5, 0, cfg(1, 2)),
+        restart_transition(&profile, &U, cfg(2, 2), 4, 5, 0, cfg(1, 2)),
         Err(LiveputError::PreemptedAboveInstances { .. })
     ));
 }
@@ -951,25 +1074,27 @@ fn restart_liveput_carries_as_the_artifact() {
     let sps = 40.0 / 1.1; // (1,2)
     let cost = 11_130.8 + 14_000.0 + serial;
     // No carry: the restart's own cost.
-    let v = restart_liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0).unwrap();
+    let v = restart_liveput(&profile, &U, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0).unwrap();
     assert!(close(v.expected_samples, sps * (60_000.0 - cost) / 1000.0, 1e-12), "{v:?}");
     assert_eq!(v.expected_leftover_ms, 0.0);
     // A restart in flight: dropped, the new one pays R_remove on top.
-    let v = restart_liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 30_000.0, 50_000.0).unwrap();
+    let v = restart_liveput(&profile, &U, cfg(2, 2), 4, 1, 0, cfg(1, 2), 30_000.0, 50_000.0).unwrap();
     assert_eq!(v.expected_samples, 0.0);
     assert!(close(v.expected_leftover_ms, cost + 11_130.8 - 30_000.0, 1e-12), "{v:?}");
     // No event: the carried time runs on.
-    let v = restart_liveput(&profile, cfg(1, 2), 3, 0, 0, cfg(1, 2), 60_000.0, 10_000.0).unwrap();
+    let v = restart_liveput(&profile, &U, cfg(1, 2), 3, 0, 0, cfg(1, 2), 60_000.0, 10_000.0).unwrap();
     assert!(close(v.expected_samples, sps * 50.0, 1e-12));
     assert_eq!(v.expected_leftover_ms, 0.0);
     // The mode dispatch: live is `liveput`, bit for bit.
-    let live = liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0).unwrap();
-    let with = liveput_with_mode(MigrationMode::Live, &profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0)
-        .unwrap();
+    let live = liveput(&profile, &U, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0).unwrap();
+    let with =
+        liveput_with_mode(MigrationMode::Live, &profile, &U, cfg(2, 2), 4, 1, 0, cfg(1, 2), 60_000.0, 0.0)
+            .unwrap();
     assert_eq!(live, with);
     let restart = liveput_with_mode(
         MigrationMode::RestartOnChange,
         &profile,
+        &U,
         cfg(2, 2),
         4,
         1,
@@ -981,7 +1106,7 @@ fn restart_liveput_carries_as_the_artifact() {
     .unwrap();
     assert!(restart.expected_samples <= live.expected_samples);
     assert!(matches!(
-        restart_liveput(&profile, cfg(2, 2), 4, 1, 0, cfg(1, 2), f64::NAN, 0.0),
+        restart_liveput(&profile, &U, cfg(2, 2), 4, 1, 0, cfg(1, 2), f64::NAN, 0.0),
         Err(LiveputError::BadTime { .. })
     ));
 }

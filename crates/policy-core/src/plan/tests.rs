@@ -4,7 +4,10 @@
 
 use super::*;
 use crate::liveput::liveput;
-use crate::{ConfigProfile, StagePartition, TransferPoint};
+use crate::{ConfigProfile, Recovery, StagePartition, TransferPoint};
+
+/// Unannounced preemptions (the rules before issue 16).
+const U: Recovery = Recovery::UNANNOUNCED;
 
 // ---------------------------------------------------------------- fixtures
 
@@ -143,8 +146,9 @@ fn value_of(
     carry: f64,
 ) -> (f64, f64) {
     let from = from_fit(profile, from, s.instances_before);
-    let v = liveput(profile, from, s.instances_before, s.preempted, s.arrived, to, interval_ms as f64, carry)
-        .unwrap();
+    let v =
+        liveput(profile, &U, from, s.instances_before, s.preempted, s.arrived, to, interval_ms as f64, carry)
+            .unwrap();
     (v.expected_samples, v.expected_leftover_ms)
 }
 
@@ -370,20 +374,30 @@ fn known_plans() {
 }
 
 /// A leftover longer than the interval passes through whole intervals, and a
-/// pause cannot abandon it: the migration runs on during the pause.
+/// pause cannot abandon it: the migration runs on during the pause. A
+/// restart can: it reloads the checkpoint and pays its `R_type` instead of
+/// the rest (a cold start after a pause does).
 #[test]
 fn carried_leftover_spans_intervals() {
     let p = toy_profile(&[(1, 2, 10.0), (2, 2, 19.0)], 0.0);
     let steps = [step(4, 0, 0); 4];
     let mut cache = TransitionCache::default();
     let plan = best_plan(&p, cfg(2, 2), 45_000.0, &steps, 20_000, &mut cache).unwrap();
-    assert_eq!(configs_of(&plan), [cfg(2, 2); 4]);
+    assert_eq!(total(&plan), brute_force(&p, cfg(2, 2), 45_000.0, &steps, 20_000));
+    assert_eq!(configs_of(&plan), [None, cfg(2, 2), cfg(2, 2), cfg(2, 2)], "abandoned by a restart");
+    // Staying carries the migration through the intervals.
+    let plan: Vec<PlannedStep> = evaluate(&p, cfg(2, 2), 45_000.0, &steps, &[cfg(2, 2); 4], 20_000)
+        .into_iter()
+        .map(|(expected_samples, expected_leftover_ms)| PlannedStep {
+            config: cfg(2, 2),
+            expected_samples,
+            expected_leftover_ms,
+        })
+        .collect();
     let leftovers: Vec<f64> = plan.iter().map(|s| s.expected_leftover_ms).collect();
     assert_eq!(leftovers, [25_000.0, 5_000.0, 0.0, 0.0]);
     let samples: Vec<f64> = plan.iter().map(|s| s.expected_samples).collect();
     assert_eq!(samples, [0.0, 0.0, 19.0 * 15.0, 19.0 * 20.0]);
-    assert_consistent_with(&p, cfg(2, 2), 45_000.0, &steps, 20_000, &plan);
-    assert_eq!(total(&plan), brute_force(&p, cfg(2, 2), 45_000.0, &steps, 20_000));
     let pause_first =
         evaluate(&p, cfg(2, 2), 45_000.0, &steps, &[None, cfg(2, 2), cfg(2, 2), cfg(2, 2)], 20_000);
     assert_eq!(pause_first[0], (0.0, 25_000.0), "the pause carries the migration on");
