@@ -142,6 +142,7 @@ impl GuardedLiveput {
         })?;
         let keep = 1.0 - 1.0 / self.settings.window_intervals.max(1.0);
         let interval_ms = request.interval_ms as f64;
+        let recovery = self.planner.optimizer.options.recovery;
         for candidate in [Candidate::Planner, Candidate::Reactive] {
             let shadow = self.shadows[candidate as usize];
             let mut own = request.clone();
@@ -149,6 +150,7 @@ impl GuardedLiveput {
             let decision = self.plan_with(candidate, &own)?.steps.first().and_then(|s| s.config);
             let value = liveput(
                 &request.profile,
+                &recovery,
                 shadow.layout,
                 before,
                 observed.preemptions.min(before),

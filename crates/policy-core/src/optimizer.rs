@@ -40,6 +40,11 @@ pub struct Liveput {
     /// the first, whose preemptions have been observed. Empty (the default):
     /// the forecast is taken as certain, as in the paper.
     pub churn: Vec<Churn>,
+    /// Terminal value of a plan, in horizons: the last planned layout is
+    /// credited with what it would train for this many more horizons
+    /// ([`PlanOptions::terminal_ms`]). 0 (the default, the paper's optimizer)
+    /// credits nothing past the horizon.
+    pub terminal_horizons: f64,
 }
 
 impl Liveput {
@@ -73,6 +78,10 @@ impl Optimizer for Liveput {
         } else {
             (0..steps.len()).map(|i| if i == 0 { Vec::new() } else { self.churn.clone() }).collect()
         };
+        let options = PlanOptions {
+            terminal_ms: self.terminal_horizons * steps.len() as f64 * request.interval_ms as f64,
+            ..self.options
+        };
         let planned = best_plan_hedged(
             &request.profile,
             request.current,
@@ -80,7 +89,7 @@ impl Optimizer for Liveput {
             &steps,
             &churn,
             request.interval_ms,
-            self.options,
+            options,
             &mut self.cache,
         )
         .map_err(|e| format!("liveput optimizer: {e}"))?;

@@ -591,6 +591,14 @@ pub struct PlanOptions {
     /// When pruning, the pipeline depths kept per interval (at least 1).
     /// Default [`PRUNE_DEPTHS`].
     pub prune_depths: usize,
+    /// Terminal value: the plan's last layout is credited with the samples it
+    /// trains for this long after the horizon (less its leftover migration),
+    /// ms. A receding-horizon planner without it undervalues any migration
+    /// whose payback lies past the horizon, and holds layouts that a reactive
+    /// policy would already have left: with the true future and H = 8 it fell
+    /// below the reactive baseline on calm fleets. 0 (the default, and the
+    /// Oracle's: its horizon is the whole trace) credits nothing.
+    pub terminal_ms: f64,
 }
 
 impl Default for PlanOptions {
@@ -600,6 +608,7 @@ impl Default for PlanOptions {
             max_front: MAX_FRONT,
             prune_above: PRUNE_ABOVE,
             prune_depths: PRUNE_DEPTHS,
+            terminal_ms: 0.0,
         }
     }
 }
@@ -1073,6 +1082,17 @@ fn run(
 
     // Best final pair: most value, then least leftover, then `current`, then
     // the layout order.
+    // With a terminal value, the last layout is also credited with what it
+    // trains over `terminal_ms` after the horizon, once its leftover is done.
+    let terminal_ms = options.terminal_ms;
+    let final_value = |p: &Point| -> f64 {
+        if terminal_ms > 0.0 {
+            let thr = layouts.get(p.state as usize).map_or(0.0, |l| l.thr);
+            p.value + thr * (terminal_ms - p.leftover).max(0.0) / 1000.0
+        } else {
+            p.value
+        }
+    };
     let mut best: Option<usize> = None;
     let final_order = std::iter::once(start_state)
         .filter(|&f| f != pause)
@@ -1083,7 +1103,8 @@ fn run(
             let p = &points[k];
             let better = best.is_none_or(|b| {
                 let b = &points[b];
-                p.value > b.value || (p.value == b.value && p.leftover < b.leftover)
+                let (pv, bv) = (final_value(p), final_value(b));
+                pv > bv || (pv == bv && p.leftover < b.leftover)
             });
             if better {
                 best = Some(k);

@@ -51,7 +51,7 @@ use crate::{IntervalStats, OptimizeRequest, Optimizer, Plan, PredictRequest, Pre
 
 /// The robust liveput policy (see the module documentation): one value serves
 /// as both predictor and optimizer, and must, for the hedge to see the history.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RobustLiveput {
     /// The count forecast.
     pub arima: Arima,
@@ -61,6 +61,27 @@ pub struct RobustLiveput {
     pub optimizer: Liveput,
     /// The last estimate and the interval it was made at.
     last: Option<(IntervalStats, Vec<Churn>)>,
+}
+
+impl Default for RobustLiveput {
+    /// ARIMA, the default churn estimator, and the liveput program with a
+    /// terminal value of one horizon ([`Liveput::terminal_horizons`]): without
+    /// it the receding horizon undervalues migrations that pay back after it
+    /// (with the true future and H = 8 it fell to 98.7% of the Oracle on a
+    /// calm synthetic fleet where reactive reached 99.9%; with it, 99.9-100%
+    /// on every trace measured, flat for one to seven horizons).
+    fn default() -> Self {
+        RobustLiveput {
+            arima: Arima::default(),
+            estimator: ChurnEstimator::default(),
+            optimizer: {
+                let mut optimizer = Liveput::default();
+                optimizer.terminal_horizons = 1.0;
+                optimizer
+            },
+            last: None,
+        }
+    }
 }
 
 impl RobustLiveput {

@@ -1,18 +1,18 @@
 //! Scores native policies against the Oracle and the baselines on traces, fast
 //! (no sandbox): the development loop behind the generalisation table.
 //!
-//! `cargo run --release -p parcae-sim --example policy_eval -- PROFILE CONSTANTS MODEL TRACE...`
+//! `cargo run --release -p parcae-sim --example policy_eval -- PROFILE CONSTANTS MODEL NOTICE_S TRACE...`
 
 use std::path::Path;
 
 use parcae_policy_core::guard::GuardedLiveput;
-use parcae_policy_core::liveput::MigrationMode;
+use parcae_policy_core::recovery::Recovery;
 use parcae_policy_core::robust::RobustLiveput;
 use parcae_policy_core::{
     IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest, Predictor,
 };
 use parcae_profile::{CostConstants, Profile};
-use parcae_sim::{Prices, liveput_truth, oracle, reactive, simulate, simulate_with};
+use parcae_sim::{MigrationMode, Prices, liveput_truth_under, oracle_under, reactive, simulate_under};
 
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
@@ -56,32 +56,44 @@ fn drive<P: Predictor + Optimizer>(
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (profile, constants, model, traces) = (&args[0], &args[1], &args[2], &args[3..]);
-    let constants = CostConstants::load(profile_path(constants)).unwrap();
-    let profile = Profile::load(profile_path(profile)).unwrap().model_profile(model, &constants).unwrap();
+    let (profile, constants, model, notice_s, traces) = (&args[0], &args[1], &args[2], &args[3], &args[4..]);
+    let constants = CostConstants::load(Path::new(constants)).unwrap();
+    let recovery: Recovery = constants.recovery(notice_s.parse::<f64>().unwrap() * 1000.0).unwrap();
+    let profile = Profile::load(Path::new(profile)).unwrap().model_profile(model, &constants).unwrap();
     let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 3.0 };
+    println!("{model}, notice {notice_s} s: % of the Oracle");
     println!("| trace | oracle | truth | reactive | restart | robust | guarded |");
     for trace in traces {
         let series = parcae_traces::load(Path::new(trace)).unwrap().series(INTERVAL_MS).unwrap().intervals;
-        let score = |d: &[Option<ParallelConfig>]| {
-            simulate(&profile, &series, INTERVAL_MS, d, prices).unwrap().totals.samples
+        let run = |d: &[Option<ParallelConfig>], mode| {
+            simulate_under(&profile, &series, INTERVAL_MS, d, prices, mode, recovery).unwrap().totals.samples
         };
-        let o = score(&oracle(&profile, &series, INTERVAL_MS).unwrap());
-        let t = score(&liveput_truth(&profile, &series, INTERVAL_MS, HORIZON as usize).unwrap());
-        let r = score(&reactive(&profile, &series));
-        let rr = simulate_with(
-            &profile,
-            &series,
-            INTERVAL_MS,
-            &reactive(&profile, &series),
-            prices,
-            MigrationMode::RestartOnChange,
-        )
-        .unwrap()
-        .totals
-        .samples;
-        let rob = score(&drive(&mut RobustLiveput::default(), &series, &profile));
-        let g = score(&drive(&mut GuardedLiveput::default(), &series, &profile));
+        let o = run(&oracle_under(&profile, &series, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
+        let t = run(
+            &liveput_truth_under(&profile, &series, INTERVAL_MS, HORIZON as usize, recovery).unwrap(),
+            MigrationMode::Live,
+        );
+        let r = run(&reactive(&profile, &series), MigrationMode::Live);
+        let rr = run(&reactive(&profile, &series), MigrationMode::RestartOnChange);
+        let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok());
+        let mut robust = RobustLiveput::default();
+        robust.optimizer.options.recovery = recovery;
+        if let Some(t) = env("TERMINAL") {
+            robust.optimizer.terminal_horizons = t;
+        }
+        let rob = run(&drive(&mut robust, &series, &profile), MigrationMode::Live);
+        let mut guarded = GuardedLiveput::default();
+        guarded.planner.optimizer.options.recovery = recovery;
+        if let Some(t) = env("TERMINAL") {
+            guarded.planner.optimizer.terminal_horizons = t;
+        }
+        if let Some(m) = env("MARGIN") {
+            guarded.settings.margin = m;
+        }
+        if let Some(w) = env("WINDOW") {
+            guarded.settings.window_intervals = w;
+        }
+        let g = run(&drive(&mut guarded, &series, &profile), MigrationMode::Live);
         let pct = |x: f64| format!("{:.1}", 100.0 * x / o);
         println!(
             "| {} | {:.0} | {} | {} | {} | {} | {} |",
@@ -94,8 +106,4 @@ fn main() {
             pct(g)
         );
     }
-}
-
-fn profile_path(p: &str) -> &Path {
-    Path::new(p)
 }

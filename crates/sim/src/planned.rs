@@ -79,11 +79,14 @@ pub fn liveput_truth_under(
     let steps = plan_steps(series);
     let horizon = horizon.max(1);
     let mut simulator = Simulator::with_recovery(profile, interval_ms, MigrationMode::Live, recovery)?;
-    let options = PlanOptions { recovery, ..PlanOptions::default() };
     let mut cache = TransitionCache::default();
     let mut decisions = Vec::with_capacity(series.len());
     for (k, stats) in series.iter().enumerate() {
         let window = &steps[k..(k + horizon).min(steps.len())];
+        // The same terminal value as the default policy's planner
+        // (`RobustLiveput`): one more horizon of the last layout.
+        let options =
+            PlanOptions { recovery, terminal_ms: horizon as f64 * interval_ms as f64, ..PlanOptions::default() };
         let planned = plan::best_plan_with(
             profile,
             simulator.current(),
