@@ -9,5 +9,9 @@ pub mod bench_migration;
 pub mod policy;
 pub mod provision;
 pub mod replay;
+#[expect(
+    missing_docs,
+    reason = "run/ is being refactored into a state machine in parallel; its field docs come with that change"
+)]
 pub mod run;
 pub mod trace;

@@ -89,10 +89,15 @@ pub struct ProvisionArgs {
 /// One `--offer`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offer {
+    /// Name of the instance type (as reported).
     pub name: String,
+    /// Availability trace of its spot market.
     pub trace: PathBuf,
+    /// Spot price per instance-hour (default: the profile's).
     pub spot_usd_per_hour: Option<f64>,
+    /// On-demand price per instance-hour (default: the profile's).
     pub on_demand_usd_per_hour: Option<f64>,
+    /// Its own profile (default: --profile).
     pub profile: Option<PathBuf>,
 }
 
@@ -139,16 +144,26 @@ pub fn parse_offer(text: &str) -> Result<Offer, String> {
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum Goal {
     /// `samples` samples within `deadline_hours`.
-    Samples { samples: f64, deadline_hours: f64 },
+    Samples {
+        /// Samples to train.
+        samples: f64,
+        /// Hours to train them in.
+        deadline_hours: f64,
+    },
     /// At least `samples_per_hour`.
-    Throughput { samples_per_hour: f64 },
+    Throughput {
+        /// The floor, samples per hour.
+        samples_per_hour: f64,
+    },
 }
 
 /// Spot or on-demand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Market {
+    /// Spot instances: as many as the market gives, up to the request.
     Spot,
+    /// On-demand instances: always the request.
     OnDemand,
 }
 
@@ -166,6 +181,7 @@ impl Market {
 pub struct MarketTrace {
     /// The per-interval series of the trace.
     pub series: Vec<IntervalStats>,
+    /// Length of one interval, ms.
     pub interval_ms: u64,
 }
 
@@ -194,7 +210,9 @@ impl MarketTrace {
 /// One candidate's predicted outcome.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prediction {
+    /// The offer's name.
     pub offer: String,
+    /// Spot or on-demand.
     pub market: Market,
     /// Instances requested.
     pub requested: u32,
@@ -202,13 +220,17 @@ pub struct Prediction {
     pub mean_instances: f64,
     /// Fraction of the ideal throughput lost to reconfigurations.
     pub overhead: f64,
+    /// Predicted samples per hour.
     pub samples_per_hour: f64,
+    /// Predicted cost per hour.
     pub usd_per_hour: f64,
+    /// Predicted dollars per million samples.
     pub usd_per_million_samples: Option<f64>,
     /// For a samples goal: hours to train them (`None`: never).
     pub completion_hours: Option<f64>,
     /// For a samples goal: cost until completion; for a throughput goal: cost per hour.
     pub usd: Option<f64>,
+    /// Whether the prediction meets the goal.
     pub meets_goal: bool,
 }
 
@@ -318,14 +340,21 @@ pub fn rank(mut candidates: Vec<Prediction>) -> Vec<Prediction> {
 /// A candidate run through the control loop and the simulator.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Simulated {
+    /// The offer's name.
     pub offer: String,
+    /// Spot or on-demand.
     pub market: Market,
+    /// Instances requested.
     pub requested: u32,
     /// Hours of trace simulated.
     pub hours: f64,
+    /// Samples trained over the trace.
     pub samples: f64,
+    /// Samples per hour.
     pub samples_per_hour: f64,
+    /// Cost per hour.
     pub usd_per_hour: f64,
+    /// Dollars per million samples.
     pub usd_per_million_samples: Option<f64>,
     /// For a samples goal: hours to train them (`None`: no progress).
     pub completion_hours: Option<f64>,
@@ -333,6 +362,7 @@ pub struct Simulated {
     pub extrapolated: bool,
     /// For a samples goal: cost until completion; for a throughput goal: cost per hour.
     pub usd: Option<f64>,
+    /// Whether the simulated run meets the goal.
     pub meets_goal: bool,
 }
 
@@ -391,10 +421,15 @@ fn simulate_candidate(
 /// Everything `provision` found, for `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The goal asked for.
     pub goal: Goal,
+    /// The model planned for.
     pub model: String,
+    /// The policy that ran the simulated check.
     pub policy: String,
+    /// Every candidate, best first.
     pub candidates: Vec<Prediction>,
+    /// The simulated outcomes of the best candidates.
     pub simulated: Vec<Simulated>,
 }
 

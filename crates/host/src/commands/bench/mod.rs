@@ -61,11 +61,13 @@ pub struct BenchArgs {
     #[arg(long, num_args = 1.., value_name = "FILE")]
     pub trace: Vec<PathBuf>,
     #[command(flatten)]
+    /// How to read the traces.
     pub input: TraceInput,
     /// Policy component to score (`.wasm` or `builtin:NAME`); repeatable.
     #[arg(long = "policy", value_name = "POLICY")]
     pub policies: Vec<String>,
     #[command(flatten)]
+    /// Which model to plan for.
     pub profile: ProfileArgs,
     /// Intervals each plan covers (H): for the policies and liveput-truth.
     #[arg(long, default_value_t = 8)]
@@ -94,6 +96,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub plot: Option<PathBuf>,
     #[command(flatten)]
+    /// Budgets of each policy call.
     pub sandbox: SandboxArgs,
 }
 

@@ -140,11 +140,15 @@ pub struct Row {
     pub name: String,
     /// The policy argument as given, for policies.
     pub spec: Option<String>,
+    /// What produced the row.
     pub kind: RowKind,
+    /// The simulator's verdict on its decisions.
     pub result: SimResult,
     /// Samples the policy itself expected (sum of its first plan steps).
     pub policy_expected_samples: Option<f64>,
+    /// How the policy behaved in the sandbox (policies only).
     pub health: Option<PolicyHealth>,
+    /// Recorded layouts that could not be replayed (artifact rows only).
     pub artifact: Option<ArtifactHealth>,
     /// Which peer, for peer rows.
     pub peer: Option<Peer>,
@@ -155,8 +159,11 @@ pub struct Row {
 pub struct TraceBench {
     /// Display name of the trace (its file name).
     pub name: String,
+    /// The trace file.
     pub path: PathBuf,
+    /// The trace per interval.
     pub series: IntervalSeries,
+    /// One per decision maker, in report order.
     pub rows: Vec<Row>,
     /// Samples of the Ideal bound.
     pub ideal_samples: f64,
@@ -169,7 +176,9 @@ pub struct TraceBench {
 /// A policy to score: its argument and its loaded component.
 #[derive(Clone)]
 pub struct PolicyEntry {
+    /// The policy argument as given.
     pub spec: String,
+    /// The loaded (compiled) component.
     pub component: Arc<PolicyComponent>,
 }
 
