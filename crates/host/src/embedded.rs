@@ -1,5 +1,11 @@
 //! What the host carries inside its binary so it runs with nothing on disk: the
-//! policy components, a small trace, and a small profile.
+//! policy components, a small trace, and a small profile, and the one place
+//! that falls back to them when no file is given.
+
+use std::path::Path;
+
+use parcae_profile::{Profile, ProfileError};
+use parcae_traces::{Format, Trace, TraceError};
 
 /// The reactive throughput-optimal policy, compiled to a component at build time.
 pub const REACTIVE_POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/policies/reactive.wasm"));
@@ -42,3 +48,25 @@ pub const EXAMPLE_PROFILE: (&str, &str) =
 /// The cost-model constants of the Parcae artifact (see profiles/README.md).
 pub const COST_CONSTANTS: (&str, &str) =
     ("data/profiles/cost-constants.json", include_str!("../../../data/profiles/cost-constants.json"));
+
+/// The peer constants of `bench --peers` (`data/profiles/peer-constants.json`).
+pub const PEER_CONSTANTS: (&str, &str) =
+    ("data/profiles/peer-constants.json", include_str!("../../../data/profiles/peer-constants.json"));
+
+/// The trace at `path` (in `format`, or detected), or the demo trace when
+/// no path is given.
+pub fn trace_or_demo(path: Option<&Path>, format: Option<Format>) -> Result<Trace, TraceError> {
+    match (path, format) {
+        (Some(path), Some(format)) => parcae_traces::load_as(path, format),
+        (Some(path), None) => parcae_traces::load(path),
+        (None, format) => parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), format),
+    }
+}
+
+/// The profile at `path`, or the example profile when no path is given.
+pub fn profile_or_example(path: Option<&Path>) -> Result<Profile, ProfileError> {
+    match path {
+        Some(path) => Profile::load(path),
+        None => Profile::from_json(EXAMPLE_PROFILE.1, EXAMPLE_PROFILE.0),
+    }
+}

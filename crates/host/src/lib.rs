@@ -3,8 +3,18 @@
 //!
 //! The binary `parcae-host` is a thin shell over [`cli::run`]; everything it does
 //! is reachable from this library so tests and other tools can call it directly.
+//!
+//! Layout: [`cli`] parses and dispatches; [`commands`] holds one module per
+//! subcommand; the modules they share are [`args`] (argument groups),
+//! [`control`] (the control step), [`record`] (scored-run records),
+//! [`svg`] (the figures' builder), [`policies`] (loading components) and
+//! [`embedded`] (what the binary carries, and the fallbacks to it).
 
+pub mod args;
 pub mod cli;
 pub mod commands;
+pub mod control;
 pub mod embedded;
 pub mod policies;
+pub mod record;
+pub mod svg;

@@ -91,7 +91,7 @@ fn a_preempted_run_ends_with_the_parameters_of_an_uninterrupted_one() {
         .args(["--trace", trace.to_str().unwrap()])
         .args(["--profile", profile.to_str().unwrap()])
         .args(["--policy", "builtin:reactive"])
-        .args(["--interval-seconds", "4", "--intervals", "6", "--checkpoint-every", "5"])
+        .args(["--wall-seconds-per-interval", "4", "--intervals", "6", "--checkpoint-every", "5"])
         .args(["--unannounced", "n1"])
         .args(["--run-dir", run_dir.to_str().unwrap()])
         // A fault drill on top: every state transfer's first chunk arrives corrupted once.

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
@@ -21,10 +21,8 @@ use parcae_profile::Profile;
 use parcae_traces::EventKind;
 use serde::Serialize;
 
-use crate::cli::{ProfileArgs, SandboxArgs, TraceInput};
-use crate::commands::replay::{ReplaySettings, replay};
-use crate::embedded::{DEFAULT_POLICY, DEMO_TRACE, EXAMPLE_PROFILE};
-use crate::policies::guarded_policy;
+use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
+use crate::control::{ControlSettings, replay};
 
 /// Options of `parcae-host bench-migration`.
 #[derive(Debug, Args)]
@@ -32,16 +30,19 @@ pub struct MigrationBenchArgs {
     /// Trace to replay (default: the embedded demo trace).
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// How to read the trace.
     #[command(flatten)]
     pub input: TraceInput,
+    /// Which model to plan for.
     #[command(flatten)]
     pub profile: ProfileArgs,
-    /// Policy whose decisions are replayed (`.wasm` or `builtin:NAME`).
-    #[arg(long, default_value = DEFAULT_POLICY)]
-    pub policy: String,
+    /// The policies whose decisions are replayed.
+    #[command(flatten)]
+    pub policies: PolicyArgs,
     /// Intervals each forecast and plan covers.
     #[arg(long, default_value_t = 8)]
     pub horizon: u32,
+    /// Budgets of each policy call.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     /// Write the totals as JSON here.
@@ -52,10 +53,15 @@ pub struct MigrationBenchArgs {
 /// What one strategy moved over the whole trace.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StrategyTotals {
+    /// How workers were matched to slots.
     pub strategy: String,
+    /// Reconfigurations that moved state.
     pub reconfigurations: usize,
+    /// Those by kind (`intra-stage`, `inter-stage`, ...).
     pub by_kind: BTreeMap<String, usize>,
+    /// Bytes sent between workers.
     pub bytes_moved: u64,
+    /// Bytes loaded from the checkpoint.
     pub bytes_from_checkpoint: u64,
     /// Transfer time of the moved bytes at the profile's point-to-point curve,
     /// one transfer per layer, serialised (an upper bound).
@@ -143,16 +149,10 @@ fn replay_strategy(
 
 /// Runs `parcae-host bench-migration`.
 pub fn run(args: &MigrationBenchArgs) -> anyhow::Result<()> {
-    let trace = match &args.trace {
-        Some(path) => args.input.load(path)?,
-        None => parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), args.input.format)?,
-    };
+    let trace = args.input.load_or_demo(args.trace.as_deref())?;
     let interval_ms = args.input.interval_ms()?;
     let series = trace.series(interval_ms)?;
-    let raw = match &args.profile.profile {
-        Some(path) => Profile::load(path)?,
-        None => Profile::from_json(EXAMPLE_PROFILE.1, EXAMPLE_PROFILE.0)?,
-    };
+    let raw = args.profile.raw()?;
     let (profile, _) = args.profile.load_with_prices()?;
     let layer_params = raw.layer_params(&profile.model)?;
     let per_param = layer_params.state_bytes_per_param();
@@ -168,9 +168,9 @@ pub fn run(args: &MigrationBenchArgs) -> anyhow::Result<()> {
     }
 
     let runtime = args.sandbox.runtime()?;
-    let mut policy = guarded_policy(&runtime, Some(&args.policy), None, None)?;
+    let mut policy = args.policies.guarded(&runtime)?;
     let fleet_max = series.intervals.iter().map(|s| s.instances).max().unwrap_or(0);
-    let settings = ReplaySettings { interval_ms, horizon: args.horizon, fleet_max };
+    let settings = ControlSettings { interval_ms, horizon: args.horizon, fleet_max };
     let decisions = replay(&series.intervals, &profile, &mut policy, &settings, |_| {});
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
     let mut events_by_interval = vec![Vec::new(); series.len()];
@@ -195,7 +195,7 @@ pub fn run(args: &MigrationBenchArgs) -> anyhow::Result<()> {
         trace.name(),
         series.len(),
         profile.model,
-        args.policy
+        args.policies.policy_spec()
     );
     let mut table = Table::new();
     table.set_header(vec![
@@ -234,7 +234,7 @@ pub fn run(args: &MigrationBenchArgs) -> anyhow::Result<()> {
         );
     }
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({ "trace": trace.name(), "model": profile.model, "policy": args.policy, "kuhn_munkres": km, "naive": naive });
+        let doc = serde_json::json!({ "trace": trace.name(), "model": profile.model, "policy": args.policies.policy_spec(), "kuhn_munkres": km, "naive": naive });
         std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn matching_never_moves_more_than_naive_order_on_a_churning_fleet() {
-        let raw = Profile::from_json(EXAMPLE_PROFILE.1, EXAMPLE_PROFILE.0).unwrap();
+        let raw = crate::embedded::profile_or_example(None).unwrap();
         let lp = raw.layer_params("tiny-gpt").unwrap();
         let layer_bytes: Vec<u64> = lp.layers.iter().map(|p| p * lp.state_bytes_per_param()).collect();
         let partitions: BTreeMap<u32, Vec<Range<usize>>> =

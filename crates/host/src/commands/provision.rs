@@ -37,14 +37,13 @@ use parcae_runtime::GuardedPolicy;
 use parcae_sim::Prices;
 use serde::Serialize;
 
-use crate::cli::{ProfileArgs, SandboxArgs, TraceInput};
-use crate::commands::replay::ReplaySettings;
-use crate::embedded::DEFAULT_POLICY;
-use crate::policies::load_policy;
+use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
+use crate::control::{ControlSettings, replay};
 
 /// Arguments of `parcae-host provision`.
 #[derive(Debug, Args)]
 pub struct ProvisionArgs {
+    /// The model to plan for, and the offers' default profile.
     #[command(flatten)]
     pub profile: ProfileArgs,
     /// An instance type to consider: `NAME=TRACE[,spot=USD][,on-demand=USD][,profile=FILE]`
@@ -52,6 +51,7 @@ pub struct ProvisionArgs {
     /// the profile's; its own profile, default --profile). Repeatable.
     #[arg(long = "offer", required = true, value_name = "NAME=TRACE[,KEY=VALUE]...")]
     pub offers: Vec<String>,
+    /// How to read the offers' traces.
     #[command(flatten)]
     pub input: TraceInput,
     /// Goal: train this many samples ...
@@ -69,9 +69,9 @@ pub struct ProvisionArgs {
     /// Consider spot instances only.
     #[arg(long)]
     pub spot_only: bool,
-    /// Policy that runs the simulated check (`.wasm` or `builtin:NAME`).
-    #[arg(long, default_value = DEFAULT_POLICY)]
-    pub policy: String,
+    /// The policies that run the simulated check.
+    #[command(flatten)]
+    pub policies: PolicyArgs,
     /// Plan horizon of the policy (intervals).
     #[arg(long, default_value_t = 8)]
     pub horizon: u32,
@@ -81,6 +81,7 @@ pub struct ProvisionArgs {
     /// Write the candidates and the simulated outcomes as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Budgets of each policy call.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
@@ -88,10 +89,15 @@ pub struct ProvisionArgs {
 /// One `--offer`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offer {
+    /// Name of the instance type (as reported).
     pub name: String,
+    /// Availability trace of its spot market.
     pub trace: PathBuf,
+    /// Spot price per instance-hour (default: the profile's).
     pub spot_usd_per_hour: Option<f64>,
+    /// On-demand price per instance-hour (default: the profile's).
     pub on_demand_usd_per_hour: Option<f64>,
+    /// Its own profile (default: --profile).
     pub profile: Option<PathBuf>,
 }
 
@@ -138,16 +144,26 @@ pub fn parse_offer(text: &str) -> Result<Offer, String> {
 #[serde(rename_all = "kebab-case", tag = "kind")]
 pub enum Goal {
     /// `samples` samples within `deadline_hours`.
-    Samples { samples: f64, deadline_hours: f64 },
+    Samples {
+        /// Samples to train.
+        samples: f64,
+        /// Hours to train them in.
+        deadline_hours: f64,
+    },
     /// At least `samples_per_hour`.
-    Throughput { samples_per_hour: f64 },
+    Throughput {
+        /// The floor, samples per hour.
+        samples_per_hour: f64,
+    },
 }
 
 /// Spot or on-demand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Market {
+    /// Spot instances: as many as the market gives, up to the request.
     Spot,
+    /// On-demand instances: always the request.
     OnDemand,
 }
 
@@ -165,6 +181,7 @@ impl Market {
 pub struct MarketTrace {
     /// The per-interval series of the trace.
     pub series: Vec<IntervalStats>,
+    /// Length of one interval, ms.
     pub interval_ms: u64,
 }
 
@@ -193,7 +210,9 @@ impl MarketTrace {
 /// One candidate's predicted outcome.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prediction {
+    /// The offer's name.
     pub offer: String,
+    /// Spot or on-demand.
     pub market: Market,
     /// Instances requested.
     pub requested: u32,
@@ -201,13 +220,17 @@ pub struct Prediction {
     pub mean_instances: f64,
     /// Fraction of the ideal throughput lost to reconfigurations.
     pub overhead: f64,
+    /// Predicted samples per hour.
     pub samples_per_hour: f64,
+    /// Predicted cost per hour.
     pub usd_per_hour: f64,
+    /// Predicted dollars per million samples.
     pub usd_per_million_samples: Option<f64>,
     /// For a samples goal: hours to train them (`None`: never).
     pub completion_hours: Option<f64>,
     /// For a samples goal: cost until completion; for a throughput goal: cost per hour.
     pub usd: Option<f64>,
+    /// Whether the prediction meets the goal.
     pub meets_goal: bool,
 }
 
@@ -317,14 +340,21 @@ pub fn rank(mut candidates: Vec<Prediction>) -> Vec<Prediction> {
 /// A candidate run through the control loop and the simulator.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Simulated {
+    /// The offer's name.
     pub offer: String,
+    /// Spot or on-demand.
     pub market: Market,
+    /// Instances requested.
     pub requested: u32,
     /// Hours of trace simulated.
     pub hours: f64,
+    /// Samples trained over the trace.
     pub samples: f64,
+    /// Samples per hour.
     pub samples_per_hour: f64,
+    /// Cost per hour.
     pub usd_per_hour: f64,
+    /// Dollars per million samples.
     pub usd_per_million_samples: Option<f64>,
     /// For a samples goal: hours to train them (`None`: no progress).
     pub completion_hours: Option<f64>,
@@ -332,6 +362,7 @@ pub struct Simulated {
     pub extrapolated: bool,
     /// For a samples goal: cost until completion; for a throughput goal: cost per hour.
     pub usd: Option<f64>,
+    /// Whether the simulated run meets the goal.
     pub meets_goal: bool,
 }
 
@@ -381,8 +412,8 @@ fn simulate_candidate(
     horizon: u32,
 ) -> anyhow::Result<parcae_sim::SimResult> {
     let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
-    let settings = ReplaySettings { interval_ms, horizon, fleet_max };
-    let decisions = crate::commands::replay::replay(series, profile, policy, &settings, |_| {});
+    let settings = ControlSettings { interval_ms, horizon, fleet_max };
+    let decisions = replay(series, profile, policy, &settings, |_| {});
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
     Ok(parcae_sim::simulate(profile, series, interval_ms, &configs, prices)?)
 }
@@ -390,10 +421,15 @@ fn simulate_candidate(
 /// Everything `provision` found, for `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The goal asked for.
     pub goal: Goal,
+    /// The model planned for.
     pub model: String,
+    /// The policy that ran the simulated check.
     pub policy: String,
+    /// Every candidate, best first.
     pub candidates: Vec<Prediction>,
+    /// The simulated outcomes of the best candidates.
     pub simulated: Vec<Simulated>,
 }
 
@@ -553,8 +589,8 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     );
 
     let runtime = args.sandbox.runtime()?;
-    let component =
-        load_policy(&runtime, &args.policy).with_context(|| format!("loading policy {}", args.policy))?;
+    let spec = args.policies.policy_spec();
+    let policies = args.policies.load(&runtime).with_context(|| format!("loading policy {spec}"))?;
     let mut simulated = Vec::new();
     let chosen: Vec<&Prediction> = candidates.iter().filter(|c| c.meets_goal).take(args.simulate).collect();
     let chosen =
@@ -569,11 +605,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             Market::Spot => l.prices.spot_usd_per_hour,
             Market::OnDemand => l.prices.on_demand_usd_per_hour,
         };
-        let exports = component.exports();
-        let mut policy = GuardedPolicy::new(
-            exports.predictor.then(|| component.clone()),
-            exports.optimizer.then(|| component.clone()),
-        );
+        let mut policy = policies.guarded();
         let result =
             simulate_candidate(&l.profile, &series, interval_ms, l.prices, &mut policy, args.horizon)
                 .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
@@ -636,7 +668,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     println!(
         "Predicted vs simulated ({} through the control loop, liveput simulator; * = extrapolated at the \
          run's average rate beyond the trace):\n\n{table}\n",
-        args.policy
+        spec
     );
     match (candidates.first(), simulated.first()) {
         (Some(best), Some(sim)) if best.meets_goal => println!(
@@ -657,7 +689,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         _ => {}
     }
     if let Some(path) = &args.json {
-        let report = Report { goal, model, policy: args.policy.clone(), candidates, simulated };
+        let report = Report { goal, model, policy: spec.to_string(), candidates, simulated };
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -803,7 +835,7 @@ mod tests {
             min_samples_per_hour: None,
             max_instances: None,
             spot_only: false,
-            policy: DEFAULT_POLICY.to_string(),
+            policies: PolicyArgs { policy: None, predictor: None, optimizer: None },
             horizon: 8,
             simulate: 2,
             json: Some(json.clone()),

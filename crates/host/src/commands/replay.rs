@@ -1,115 +1,103 @@
-//! The control loop replayed over a trace: at each interval boundary, forecast
-//! with the predictor, plan with the optimizer, record the first step. This
-//! shows what a policy decides and whether it stays healthy; the liveput
-//! simulator scores those decisions against a cost model.
+//! `parcae-host replay`: the control loop replayed over a trace. At each
+//! interval boundary the predictor forecasts, the optimizer plans and the
+//! first step is recorded ([`crate::control::replay`]); this shows what a
+//! policy decides and whether it stays healthy, while `bench` scores those
+//! decisions against a cost model.
 
-use parcae_policy_core::{IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest};
-use parcae_runtime::{Answer, GuardedPolicy, Source};
-use serde::Serialize;
+use std::path::PathBuf;
 
-/// How the loop runs.
-#[derive(Debug, Clone)]
-pub struct ReplaySettings {
-    /// Length of one control interval, ms.
-    pub interval_ms: u64,
-    /// Intervals each plan covers (H): the one starting now and H-1 forecast.
+use anyhow::Context;
+use clap::Args;
+use parcae_policy_core::ParallelConfig;
+
+use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
+use crate::control::{ControlSettings, replay};
+
+/// Arguments of `parcae-host replay`.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Trace to replay (default: the embedded demo trace).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// How to read the trace.
+    #[command(flatten)]
+    pub input: TraceInput,
+    /// Which policies decide.
+    #[command(flatten)]
+    pub policies: PolicyArgs,
+    /// Which model to plan for.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Intervals each forecast and plan covers.
+    #[arg(long, default_value_t = 8)]
     pub horizon: u32,
-    /// Largest fleet the job may hold; forecasts above it are invalid.
-    pub fleet_max: u32,
+    /// Write every decision as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Budgets of each policy call.
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
-/// What was decided for one interval.
-#[derive(Debug, Clone, Serialize)]
-pub struct Decision {
-    pub interval: usize,
-    pub start_ms: u64,
-    /// Instances alive when the decision was made (after the boundary's events).
-    pub instances: u32,
-    pub arrivals: u32,
-    pub preemptions: u32,
-    /// The forecast for the next interval (`None` when H = 1: nothing forecast).
-    pub forecast_instances: Option<u32>,
-    /// `None`: training paused.
-    #[serde(serialize_with = "config_text")]
-    pub config: Option<ParallelConfig>,
-    pub expected_samples: f64,
-    pub predictor: &'static str,
-    pub optimizer: &'static str,
-    /// Why a fallback answered, if one did.
-    pub fault: Option<String>,
-}
+/// Runs `parcae-host replay`.
+pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
+    let trace = args.input.load_or_demo(args.trace.as_deref())?;
+    let interval_ms = args.input.interval_ms()?;
+    let series = trace.series(interval_ms)?;
+    let profile = args.profile.load()?;
+    anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
+    let runtime = args.sandbox.runtime()?;
+    let mut policy = args.policies.guarded(&runtime)?;
+    let fleet_max = series.intervals.iter().map(|s| s.instances).max().unwrap_or(0);
+    let settings = ControlSettings { interval_ms, horizon: args.horizon, fleet_max };
 
-fn config_text<S: serde::Serializer>(config: &Option<ParallelConfig>, s: S) -> Result<S::Ok, S::Error> {
-    match config {
-        Some(c) => s.serialize_str(&c.to_string()),
-        None => s.serialize_none(),
+    println!(
+        "replaying {} ({} intervals of {} s) for model {} with predictor {} and optimizer {}",
+        trace.name(),
+        series.len(),
+        interval_ms / 1000,
+        profile.model,
+        policy.predictor_name().unwrap_or("built-in persistence"),
+        policy.optimizer_name().unwrap_or("built-in throughput-optimal"),
+    );
+    println!(
+        "{:>8} {:>7} {:>4} {:>4} {:>4} {:>8} {:>7} {:>12}  answered by",
+        "interval", "t(min)", "N", "+", "-", "forecast", "config", "exp.samples"
+    );
+    let mut previous: Option<Option<ParallelConfig>> = None;
+    let decisions = replay(&series.intervals, &profile, &mut policy, &settings, |d| {
+        // Print the intervals where something happened, not 60 identical rows.
+        let changed = previous != Some(d.config) || d.arrivals > 0 || d.preemptions > 0 || d.fault.is_some();
+        previous = Some(d.config);
+        if changed {
+            let config = d.config.map_or_else(|| "pause".to_string(), |c| c.to_string());
+            let answered = format!("{}/{}", d.predictor, d.optimizer);
+            println!(
+                "{:>8} {:>7.1} {:>4} {:>4} {:>4} {:>8} {:>7} {:>12.0}  {answered}",
+                d.interval,
+                d.start_ms as f64 / 60_000.0,
+                d.instances,
+                d.arrivals,
+                d.preemptions,
+                d.forecast_instances.map_or_else(|| "-".to_string(), |n| n.to_string()),
+                config,
+                d.expected_samples
+            );
+        }
+    });
+    let changes = decisions.windows(2).filter(|w| w[0].config != w[1].config).count();
+    let expected: f64 = decisions.iter().map(|d| d.expected_samples).sum();
+    println!(
+        "{} decisions, {changes} configuration changes, {expected:.0} samples expected by the policy (before migration costs)",
+        decisions.len()
+    );
+    println!("predictor: {}", policy.predictor_counts());
+    println!("optimizer: {}", policy.optimizer_counts());
+    if let Some(path) = &args.json {
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        serde_json::to_writer_pretty(std::io::BufWriter::new(file), &decisions)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("decisions written to {}", path.display());
     }
-}
-
-fn source_name(source: Source) -> &'static str {
-    match source {
-        Source::Guest => "guest",
-        Source::Fallback => "fallback",
-    }
-}
-
-/// Run the loop over `series` (one entry per interval, as normalised from a trace).
-/// `on_decision` sees each decision as it is made (for progress output).
-pub fn replay(
-    series: &[IntervalStats],
-    profile: &ModelProfile,
-    policy: &mut GuardedPolicy,
-    settings: &ReplaySettings,
-    mut on_decision: impl FnMut(&Decision),
-) -> Vec<Decision> {
-    let mut decisions = Vec::with_capacity(series.len());
-    let mut current: Option<ParallelConfig> = None;
-    let mut fleet_min = u32::MAX;
-    for (k, observed) in series.iter().enumerate() {
-        // The interval starting now has been observed (its events happen at its
-        // start); the predictor forecasts the H-1 intervals after it.
-        let history = &series[..=k];
-        fleet_min = fleet_min.min(observed.instances);
-        let forecast = if settings.horizon > 1 {
-            policy.predict(&PredictRequest {
-                history: history.to_vec(),
-                horizon: settings.horizon - 1,
-                interval_ms: settings.interval_ms,
-                fleet_min,
-                fleet_max: settings.fleet_max,
-            })
-        } else {
-            Answer { value: Vec::new(), source: Source::Fallback, fault: None }
-        };
-        let mut planned = Vec::with_capacity(settings.horizon as usize);
-        planned.push(*observed);
-        planned.extend_from_slice(&forecast.value);
-        let plan = policy.optimize(&OptimizeRequest {
-            forecast: planned,
-            instances_now: observed.instances,
-            current,
-            interval_ms: settings.interval_ms,
-            profile: profile.clone(),
-        });
-        let first = plan.value.steps.first().copied();
-        let config = first.and_then(|s| s.config);
-        let fault = plan.fault.as_ref().or(forecast.fault.as_ref()).map(ToString::to_string);
-        let decision = Decision {
-            interval: k,
-            start_ms: k as u64 * settings.interval_ms,
-            instances: observed.instances,
-            arrivals: observed.arrivals,
-            preemptions: observed.preemptions,
-            forecast_instances: forecast.value.first().map(|s| s.instances),
-            config,
-            expected_samples: first.map_or(0.0, |s| s.expected_samples),
-            predictor: if settings.horizon > 1 { source_name(forecast.source) } else { "-" },
-            optimizer: source_name(plan.source),
-            fault,
-        };
-        on_decision(&decision);
-        decisions.push(decision);
-        current = config;
-    }
-    decisions
+    Ok(())
 }

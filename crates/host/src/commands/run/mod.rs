@@ -31,8 +31,8 @@ use tracing::{info, warn};
 pub use report::{RunEvent, Summary};
 pub use timeline::{FleetEvent, TimeScale, TimedEvent, timeline};
 
-use crate::cli::{PolicyArgs, ProfileArgs, SandboxArgs};
-use crate::embedded::DEMO_TRACE;
+use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs};
+use crate::embedded::{DEMO_TRACE, trace_or_demo};
 use fleet::{Arrival, Fleet, LocalLaunch};
 use orchestrator::RunSettings;
 use report::{RunContext, RunLog};
@@ -48,7 +48,7 @@ pub struct RunArgs {
     pub format: Option<parcae_traces::Format>,
     /// Wall-clock seconds each trace interval is replayed in.
     #[arg(long, default_value_t = 4.0)]
-    pub interval_seconds: f64,
+    pub wall_seconds_per_interval: f64,
     /// Length of one trace interval (the policy's control interval), seconds of trace time.
     #[arg(long, default_value_t = 60)]
     pub trace_interval_seconds: u64,
@@ -151,7 +151,7 @@ fn worker_bin(args: &RunArgs) -> anyhow::Result<PathBuf> {
 }
 
 async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(args.interval_seconds > 0.0, "--interval-seconds must be positive");
+    anyhow::ensure!(args.wall_seconds_per_interval > 0.0, "--wall-seconds-per-interval must be positive");
     anyhow::ensure!(args.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
     anyhow::ensure!(args.checkpoint_every > 0, "--checkpoint-every must be at least 1");
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
@@ -167,18 +167,14 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
             format!("profile '{}' lists {} which the worker's model cannot run", profile.model, c.config)
         })?;
     }
-    let trace = match &args.trace {
-        Some(path) => match args.format {
-            Some(format) => parcae_traces::load_as(path, format)?,
-            None => parcae_traces::load(path)?,
-        },
-        None => parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), args.format)?,
-    };
+    let trace = trace_or_demo(args.trace.as_deref(), args.format)?;
     let trace_interval_ms = args.trace_interval_seconds * 1000;
     let series = trace.series(trace_interval_ms)?;
     let intervals = args.intervals.unwrap_or(series.len()).min(series.len());
-    let scale =
-        TimeScale { trace_interval_ms, wall_interval: Duration::from_secs_f64(args.interval_seconds) };
+    let scale = TimeScale {
+        trace_interval_ms,
+        wall_interval: Duration::from_secs_f64(args.wall_seconds_per_interval),
+    };
     let end = scale.wall_interval * intervals as u32;
     let events: Vec<TimedEvent> =
         timeline(&trace, scale, &args.unannounced).into_iter().filter(|e| e.at < end).collect();
@@ -259,7 +255,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         interval_ms: trace_interval_ms,
         horizon: args.horizon,
         intervals,
-        time_scale: trace_interval_ms as f64 / 1000.0 / args.interval_seconds,
+        time_scale: trace_interval_ms as f64 / 1000.0 / args.wall_seconds_per_interval,
         global_batch: spec.global_batch as u64,
         prices,
     });
@@ -283,7 +279,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     let settings_json = serde_json::json!({
         "trace": trace_path,
         "intervals": intervals,
-        "interval_seconds": args.interval_seconds,
+        "wall_seconds_per_interval": args.wall_seconds_per_interval,
         "trace_interval_seconds": args.trace_interval_seconds,
         "grace_seconds": args.grace_seconds,
         "model": profile.model,

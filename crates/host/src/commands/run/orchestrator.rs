@@ -20,9 +20,7 @@ use parcae_cluster::protocol::{Command, Fetch, Peer, Reply, Send};
 use parcae_cluster::{
     Holding, Layout, MigrationKind, ModelSpec, Slot, Source, Strategy, WorkerId, plan_migration,
 };
-use parcae_policy_core::{
-    IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest, reactive::best_config_for,
-};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, reactive::best_config_for};
 use parcae_runtime::GuardedPolicy;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -31,7 +29,8 @@ use super::cloud::CloudNote;
 use super::fleet::{Arrival, Fleet};
 use super::report::{RunEvent, RunLog};
 use super::timeline::TimeScale;
-use crate::commands::bench::PolicyHealth;
+use crate::control::{self, ControlSettings};
+use crate::record::PolicyHealth;
 
 /// Everything the loop needs besides the fleet.
 pub struct RunSettings {
@@ -308,38 +307,25 @@ struct Decision {
     source: &'static str,
 }
 
-/// Forecast and optimize for the interval starting now.
+/// Forecast and optimize for the interval starting now (the last of `history`).
 fn decide(
     settings: &RunSettings,
     policy: &mut GuardedPolicy,
     history: &[IntervalStats],
     current: Option<&Layout>,
 ) -> Decision {
-    let observed = *history.last().expect("at least the interval starting now");
-    let fleet_min = history.iter().map(|h| h.instances).min().unwrap_or(0);
-    let mut forecast = vec![observed];
-    if settings.horizon > 1 {
-        let predicted = policy.predict(&PredictRequest {
-            history: history.to_vec(),
-            horizon: settings.horizon - 1,
-            interval_ms: settings.scale.trace_interval_ms,
-            fleet_min,
-            fleet_max: settings.fleet_max,
-        });
-        forecast.extend(predicted.value);
-    }
-    let plan = policy.optimize(&OptimizeRequest {
-        forecast,
-        instances_now: observed.instances,
-        current: current.map(|l| ParallelConfig::new(l.data_parallel as u32, l.pipeline_stages as u32)),
-        interval_ms: settings.scale.trace_interval_ms,
-        profile: settings.profile.clone(),
-    });
-    let source = match plan.source {
-        parcae_runtime::Source::Guest => "guest",
-        parcae_runtime::Source::Fallback => "fallback",
+    let Some((now, past)) = history.split_last() else {
+        // No interval observed yet: nothing to plan for, so pause.
+        return Decision { config: None, source: "-" };
     };
-    Decision { config: plan.value.steps.first().and_then(|s| s.config), source }
+    let control = ControlSettings {
+        interval_ms: settings.scale.trace_interval_ms,
+        horizon: settings.horizon,
+        fleet_max: settings.fleet_max,
+    };
+    let current = current.map(|l| ParallelConfig::new(l.data_parallel as u32, l.pipeline_stages as u32));
+    let step = control::decide(policy, &control, &settings.profile, past, *now, current);
+    Decision { config: step.config, source: step.optimizer }
 }
 
 /// The layout to run now: the policy's wish if the workers that stay can hold

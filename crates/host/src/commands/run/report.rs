@@ -1,7 +1,6 @@
 //! What a run tells its user: a live progress line, the event log (JSON), a
 //! final summary and an SVG of loss and throughput over time.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -10,7 +9,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use parcae_cluster::{MigrationKind, WorkerId};
 use serde::Serialize;
 
-use crate::commands::bench::{BenchRecord, PolicyHealth, RowKind};
+use crate::record::{BenchRecord, PolicyHealth, RowKind};
+use crate::svg::{Area, Svg};
 
 /// One thing that happened, as written to the event log.
 #[derive(Debug, Clone, Serialize)]
@@ -480,7 +480,7 @@ impl std::fmt::Display for Summary {
 }
 
 /// Two panels: loss per step, and throughput (samples/s over 5 s windows),
-/// with reconfigurations marked. Hand-written SVG.
+/// with reconfigurations marked; drawn with [`crate::svg`].
 fn plot(events: &[Timed]) -> String {
     const W: f64 = 900.0;
     const LEFT: f64 = 70.0;
@@ -506,29 +506,19 @@ fn plot(events: &[Timed]) -> String {
     let loss_max = steps.iter().map(|s| s.1).fold(0.0f64, f64::max).max(1e-9);
     let rate_max = rate.iter().copied().fold(0.0f64, f64::max).max(1e-9);
     let x = |t: f64| LEFT + PW * t.min(t_max) / t_max;
-    let mut out = String::new();
-    let height = 2.0 * PH + 150.0;
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let mut svg = Svg::new(W, 2.0 * PH + 150.0, None);
     for (panel, (title, max)) in
         [("training loss", loss_max), ("throughput, samples/s (5 s windows)", rate_max)]
             .into_iter()
             .enumerate()
     {
-        let top = 40.0 + panel as f64 * (PH + 60.0);
-        let _ = writeln!(out, r#"<text x="{LEFT}" y="{}" font-size="14">{title}</text>"#, top - 10.0);
-        let _ = writeln!(
-            out,
-            r##"<rect x="{LEFT}" y="{top}" width="{PW}" height="{PH}" fill="none" stroke="#888"/>"##
-        );
+        let area = Area { left: LEFT, top: 40.0 + panel as f64 * (PH + 60.0), width: PW, height: PH };
+        svg.text(LEFT, area.top - 10.0, r#"font-size="14""#, title);
+        svg.rect(area.left, area.top, PW, PH, r##"fill="none" stroke="#888""##);
         for i in 0..=4 {
             let v = max * i as f64 / 4.0;
-            let y = top + PH - PH * i as f64 / 4.0;
-            let _ =
-                writeln!(out, r#"<text x="{}" y="{}" text-anchor="end">{v:.2}</text>"#, LEFT - 6.0, y + 4.0);
+            let y = area.bottom() - PH * i as f64 / 4.0;
+            svg.text(LEFT - 6.0, y + 4.0, r#"text-anchor="end""#, &format!("{v:.2}"));
         }
         // Reconfigurations and kills as vertical marks.
         for e in events {
@@ -540,34 +530,26 @@ fn plot(events: &[Timed]) -> String {
                 RunEvent::Killed { .. } => "#bab0ac",
                 _ => continue,
             };
-            let _ = writeln!(
-                out,
-                r#"<line x1="{0:.1}" x2="{0:.1}" y1="{top}" y2="{1}" stroke="{colour}" stroke-dasharray="3 2"/>"#,
-                x(e.t_s),
-                top + PH
-            );
+            let style = format!(r#"stroke="{colour}" stroke-dasharray="3 2""#);
+            svg.line((x(e.t_s), area.top), (x(e.t_s), area.bottom()), &style);
         }
-        let points: Vec<String> = if panel == 0 {
-            steps.iter().map(|(t, l)| format!("{:.1},{:.1}", x(*t), top + PH - PH * l / loss_max)).collect()
+        let points: Vec<(f64, f64)> = if panel == 0 {
+            steps.iter().map(|(t, l)| (x(*t), area.bottom() - PH * l / loss_max)).collect()
         } else {
             rate.iter()
                 .enumerate()
-                .map(|(i, r)| {
-                    format!("{:.1},{:.1}", x((i as f64 + 0.5) * window), top + PH - PH * r / rate_max)
-                })
+                .map(|(i, r)| (x((i as f64 + 0.5) * window), area.bottom() - PH * r / rate_max))
                 .collect()
         };
-        let _ = writeln!(
-            out,
-            r##"<polyline fill="none" stroke="#4e79a7" stroke-width="1.8" points="{}"/>"##,
-            points.join(" ")
-        );
+        svg.polyline(&points, r##"fill="none" stroke="#4e79a7" stroke-width="1.8""##);
     }
-    let bottom = 40.0 + 2.0 * (PH + 60.0) - 30.0;
-    let _ = writeln!(
-        out,
-        r#"<text x="{LEFT}" y="{bottom}">time, s (0 to {t_max:.0}); green: live migration, red: restart from checkpoint, grey: instance killed</text>"#
+    svg.text(
+        LEFT,
+        40.0 + 2.0 * (PH + 60.0) - 30.0,
+        "",
+        &format!(
+            "time, s (0 to {t_max:.0}); green: live migration, red: restart from checkpoint, grey: instance killed"
+        ),
     );
-    let _ = writeln!(out, "</svg>");
-    out
+    svg.finish()
 }

@@ -1,5 +1,5 @@
 //! `parcae-host trace stats --plot DIR`: the characterisation a user reads
-//! before trusting a fleet, as hand-written SVG (no plotting crate):
+//! before trusting a fleet, drawn with [`crate::svg`]:
 //!
 //! - `<trace>-lifetimes.svg`: the distribution of instance lifetimes, as the
 //!   Kaplan-Meier estimate (which counts the instances still alive at the end
@@ -12,13 +12,14 @@
 //! Hours are hours since the start of the trace: the published traces carry
 //! no wall-clock time.
 
-use crate::commands::bench::svg::{escape, nice_step};
-use std::fmt::{self, Write};
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use parcae_traces::{EventKind, HOUR_MS, Lifetime, Trace};
 use serde::Serialize;
+
+use crate::svg::{Area, Side, Svg, Swatch, escape, ticks};
 
 const WIDTH: f64 = 900.0;
 const HEIGHT: f64 = 520.0;
@@ -27,11 +28,15 @@ const RIGHT: f64 = 80.0;
 const TOP: f64 = 70.0;
 const PLOT_HEIGHT: f64 = 340.0;
 const PLOT_WIDTH: f64 = WIDTH - LEFT - RIGHT;
+/// The plot area of both figures.
+const AREA: Area = Area { left: LEFT, top: TOP, width: PLOT_WIDTH, height: PLOT_HEIGHT };
 
 /// One step of an estimated CDF: from `at_ms` on, `P(lifetime <= t) = cdf`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct CdfStep {
+    /// Lifetime, ms.
     pub at_ms: u64,
+    /// Fraction of instances whose lifetime is at most `at_ms`.
     pub cdf: f64,
 }
 
@@ -155,115 +160,46 @@ fn number(v: f64) -> String {
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn header(out: &mut String, title: &str, subtitle: &str) -> fmt::Result {
-    writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH:.0}" height="{HEIGHT:.0}" viewBox="0 0 {WIDTH:.0} {HEIGHT:.0}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">"#
-    )?;
-    writeln!(out, r##"<rect width="100%" height="100%" fill="#ffffff"/>"##)?;
-    writeln!(
-        out,
+/// A document with the figure's title and subtitle.
+fn header(title: &str, subtitle: &str) -> Svg {
+    let mut svg = Svg::new(WIDTH, HEIGHT, None);
+    svg.raw(format_args!(
         r#"<text x="{LEFT:.1}" y="28" font-size="16" font-weight="bold">{}</text>"#,
         escape(title)
-    )?;
-    writeln!(out, r##"<text x="{LEFT:.1}" y="48" fill="#555">{}</text>"##, escape(subtitle))
+    ));
+    svg.raw(format_args!(r##"<text x="{LEFT:.1}" y="48" fill="#555">{}</text>"##, escape(subtitle)));
+    svg
 }
 
-/// Axis with ticks: horizontal if `vertical` is false. `map` sends a value to a pixel.
-#[allow(clippy::too_many_arguments)] // one axis: where, range, label, side
-fn axis(
-    out: &mut String,
-    vertical: bool,
-    min: f64,
-    max: f64,
-    label: &str,
-    map: impl Fn(f64) -> f64,
-    right_side: bool,
-    grid: bool,
-) -> fmt::Result {
-    let step = nice_step(max - min, if vertical { 5.0 } else { 10.0 });
-    let mut v = (min / step).ceil() * step;
-    let bottom = TOP + PLOT_HEIGHT;
-    while v <= max + step * 1e-9 {
-        let p = map(v);
-        if vertical {
-            let x = if right_side { LEFT + PLOT_WIDTH } else { LEFT };
-            let (tick, anchor, tx) =
-                if right_side { (x + 4.0, "start", x + 7.0) } else { (x - 4.0, "end", x - 7.0) };
-            if grid {
-                writeln!(
-                    out,
-                    r##"<line x1="{LEFT:.1}" y1="{p:.1}" x2="{:.1}" y2="{p:.1}" stroke="#e4e4e4"/>"##,
-                    LEFT + PLOT_WIDTH
-                )?;
-            }
-            writeln!(out, r##"<line x1="{x:.1}" y1="{p:.1}" x2="{tick:.1}" y2="{p:.1}" stroke="#333"/>"##)?;
-            writeln!(
-                out,
-                r#"<text x="{tx:.1}" y="{:.1}" text-anchor="{anchor}">{}</text>"#,
-                p + 4.0,
-                number(v)
-            )?;
-        } else {
-            if grid {
-                writeln!(
-                    out,
-                    r##"<line x1="{p:.1}" y1="{TOP:.1}" x2="{p:.1}" y2="{bottom:.1}" stroke="#e4e4e4"/>"##
-                )?;
-            }
-            writeln!(
-                out,
-                r##"<line x1="{p:.1}" y1="{bottom:.1}" x2="{p:.1}" y2="{:.1}" stroke="#333"/>"##,
-                bottom + 4.0
-            )?;
-            writeln!(
-                out,
-                r#"<text x="{p:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                bottom + 18.0,
-                number(v)
-            )?;
-        }
-        v += step;
+/// The horizontal axis over `[min, max]`: ticks, grid (if `grid`), title.
+fn x_axis(svg: &mut Svg, max: f64, label: &str, map: impl Fn(f64) -> f64, grid: bool) {
+    for v in ticks(0.0, max, 10.0) {
+        svg.x_tick(AREA, map(v), &number(v), 18.0, grid);
     }
-    if vertical {
-        let x = if right_side { LEFT + PLOT_WIDTH + 60.0 } else { LEFT - 55.0 };
-        writeln!(
-            out,
-            r#"<text transform="translate({x:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            TOP + PLOT_HEIGHT / 2.0,
-            escape(label)
-        )
-    } else {
-        writeln!(
-            out,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            LEFT + PLOT_WIDTH / 2.0,
-            bottom + 40.0,
-            escape(label)
-        )
+    svg.x_title(AREA, 40.0, label);
+}
+
+/// A vertical axis over `[0, max]` on `side`: ticks, grid (if `grid`), title.
+fn y_axis(svg: &mut Svg, max: f64, label: &str, map: impl Fn(f64) -> f64, side: Side, grid: bool) {
+    for v in ticks(0.0, max, 5.0) {
+        svg.y_tick(AREA, map(v), &number(v), side, grid);
     }
+    let x = match side {
+        Side::Left => LEFT - 55.0,
+        Side::Right => LEFT + PLOT_WIDTH + 60.0,
+    };
+    svg.vertical_text(x, TOP + PLOT_HEIGHT / 2.0, label);
 }
 
-fn frame(out: &mut String) -> fmt::Result {
-    writeln!(
-        out,
-        r##"<rect x="{LEFT:.1}" y="{TOP:.1}" width="{PLOT_WIDTH:.1}" height="{PLOT_HEIGHT:.1}" fill="none" stroke="#333"/>"##
-    )
-}
-
-fn legend(out: &mut String, entries: &[(&str, &str, &str)]) -> fmt::Result {
+/// The legend below the plot: (colour, dash, text) entries in a row.
+fn legend(svg: &mut Svg, entries: &[(&str, &str, &str)]) {
     let y0 = TOP + PLOT_HEIGHT + 62.0;
     let mut x = LEFT;
     for (colour, dash, text) in entries {
-        writeln!(
-            out,
-            r#"<line x1="{x:.1}" y1="{y0:.1}" x2="{:.1}" y2="{y0:.1}" stroke="{colour}" stroke-width="3" stroke-dasharray="{dash}"/>"#,
-            x + 26.0
-        )?;
-        writeln!(out, r#"<text x="{:.1}" y="{:.1}">{}</text>"#, x + 32.0, y0 + 4.0, escape(text))?;
+        let style = format!(r#"stroke="{colour}" stroke-width="3" stroke-dasharray="{dash}""#);
+        svg.legend_entry((x, y0), Swatch { width: 26.0, gap: 6.0 }, &style, text);
         x += 40.0 + 7.0 * text.len() as f64;
     }
-    Ok(())
 }
 
 /// Step path of a CDF over `[0, x_max]` hours.
@@ -278,20 +214,13 @@ fn cdf_path(steps: &[CdfStep], x: &impl Fn(f64) -> f64, y: &impl Fn(f64) -> f64,
 
 /// The lifetime CDF plot of `trace`.
 pub fn lifetime_svg(trace: &Trace) -> String {
-    let mut out = String::new();
-    let _ = draw_lifetimes(&mut out, trace);
-    out
-}
-
-fn draw_lifetimes(out: &mut String, trace: &Trace) -> fmt::Result {
     let lifetimes = trace.lifetimes();
     let km = kaplan_meier(&lifetimes);
     let ended = ended_cdf(&lifetimes);
     let censored = lifetimes.iter().filter(|l| l.censored).count();
     let inferred =
         if trace.node_ids_inferred() { "; node ids inferred (LIFO), lifetimes assumed" } else { "" };
-    header(
-        out,
+    let mut svg = header(
         &format!("{}: instance lifetimes", trace.name()),
         &format!(
             "{} instances, {} preempted within the trace, {censored} still alive at its end ({:.1} h){inferred}",
@@ -299,84 +228,54 @@ fn draw_lifetimes(out: &mut String, trace: &Trace) -> fmt::Result {
             lifetimes.len() - censored,
             trace.end_ms() as f64 / HOUR_MS as f64
         ),
-    )?;
+    );
     let x_max = (lifetimes.iter().map(|l| l.duration_ms).max().unwrap_or(0) as f64 / HOUR_MS as f64).max(0.1);
     let x = |h: f64| LEFT + PLOT_WIDTH * h / x_max;
     let y = |p: f64| TOP + PLOT_HEIGHT - PLOT_HEIGHT * p;
-    axis(out, false, 0.0, x_max, "lifetime (hours)", x, false, true)?;
-    axis(out, true, 0.0, 1.0, "fraction of instances preempted by then (CDF)", y, false, true)?;
-    writeln!(
-        out,
-        r##"<path d="{}" fill="none" stroke="#f28e2b" stroke-width="2" stroke-dasharray="6 3"/>"##,
-        cdf_path(&ended, &x, &y, x_max)
-    )?;
-    writeln!(
-        out,
-        r##"<path d="{}" fill="none" stroke="#4e79a7" stroke-width="2.2"/>"##,
-        cdf_path(&km, &x, &y, x_max)
-    )?;
+    x_axis(&mut svg, x_max, "lifetime (hours)", x, true);
+    y_axis(&mut svg, 1.0, "fraction of instances preempted by then (CDF)", y, Side::Left, true);
+    svg.path(
+        &cdf_path(&ended, &x, &y, x_max),
+        r##"fill="none" stroke="#f28e2b" stroke-width="2" stroke-dasharray="6 3""##,
+    );
+    svg.path(&cdf_path(&km, &x, &y, x_max), r##"fill="none" stroke="#4e79a7" stroke-width="2.2""##);
     // Censoring marks on the Kaplan-Meier curve.
     for l in lifetimes.iter().filter(|l| l.censored) {
         let h = l.duration_ms as f64 / HOUR_MS as f64;
         let at = km.iter().take_while(|s| s.at_ms <= l.duration_ms).last().map_or(0.0, |s| s.cdf);
         let (px, py) = (x(h), y(at));
-        writeln!(
-            out,
-            r##"<line x1="{px:.1}" y1="{:.1}" x2="{px:.1}" y2="{:.1}" stroke="#4e79a7" stroke-width="1.2"/>"##,
-            py - 5.0,
-            py + 5.0
-        )?;
+        svg.line((px, py - 5.0), (px, py + 5.0), r##"stroke="#4e79a7" stroke-width="1.2""##);
     }
     // Median of the Kaplan-Meier estimate, where it is reached.
     if let Some(m) = km.iter().find(|s| s.cdf >= 0.5) {
         let h = m.at_ms as f64 / HOUR_MS as f64;
-        writeln!(
-            out,
-            r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#999" stroke-dasharray="3 3"/>"##,
-            x(0.0),
-            y(0.5),
-            x(h),
-            y(0.5)
-        )?;
-        writeln!(
-            out,
-            r##"<text x="{:.1}" y="{:.1}" fill="#333">median {:.2} h</text>"##,
-            x(h) + 6.0,
-            y(0.5) + 16.0,
-            h
-        )?;
+        svg.line((x(0.0), y(0.5)), (x(h), y(0.5)), r##"stroke="#999" stroke-dasharray="3 3""##);
+        svg.text(x(h) + 6.0, y(0.5) + 16.0, r##"fill="#333""##, &format!("median {h:.2} h"));
     }
-    frame(out)?;
+    svg.frame(AREA);
     legend(
-        out,
+        &mut svg,
         &[
             ("#4e79a7", "", "all instances, Kaplan-Meier (| = still alive at the end)"),
             ("#f28e2b", "6 3", "only those preempted within the trace"),
         ],
-    )?;
-    writeln!(out, "</svg>")
+    );
+    svg.finish()
 }
 
 /// The preemptions-by-hour plot of `trace`.
 pub fn hourly_svg(trace: &Trace) -> String {
-    let mut out = String::new();
-    let _ = draw_hourly(&mut out, trace);
-    out
-}
-
-fn draw_hourly(out: &mut String, trace: &Trace) -> fmt::Result {
     let hours = hourly(trace);
     let total: u32 = hours.iter().map(|h| h.preemptions).sum();
     let exposure: f64 = hours.iter().map(|h| h.instance_hours).sum();
     let overall = if exposure > 0.0 { f64::from(total) / exposure } else { 0.0 };
-    header(
-        out,
+    let mut svg = header(
         &format!("{}: preemptions by hour of the trace", trace.name()),
         &format!(
             "{total} preemptions over {exposure:.1} instance-hours: {overall:.3} per instance-hour, {:.1} per hour",
             if hours.is_empty() { 0.0 } else { f64::from(total) / (trace.end_ms() as f64 / HOUR_MS as f64) }
         ),
-    )?;
+    );
     let n = hours.len().max(1) as f64;
     let count_max = hours.iter().map(|h| h.preemptions).max().unwrap_or(0).max(1) as f64 * 1.1;
     let rate_max =
@@ -384,49 +283,38 @@ fn draw_hourly(out: &mut String, trace: &Trace) -> fmt::Result {
     let x = |h: f64| LEFT + PLOT_WIDTH * h / n;
     let y_count = |v: f64| TOP + PLOT_HEIGHT - PLOT_HEIGHT * v / count_max;
     let y_rate = |v: f64| TOP + PLOT_HEIGHT - PLOT_HEIGHT * v / rate_max;
-    axis(out, false, 0.0, n, "hour since the start of the trace", x, false, false)?;
-    axis(out, true, 0.0, count_max, "preemptions in the hour (bars)", y_count, false, true)?;
-    axis(out, true, 0.0, rate_max, "preemptions per instance-hour (line)", y_rate, true, false)?;
+    x_axis(&mut svg, n, "hour since the start of the trace", x, false);
+    y_axis(&mut svg, count_max, "preemptions in the hour (bars)", y_count, Side::Left, true);
+    y_axis(&mut svg, rate_max, "preemptions per instance-hour (line)", y_rate, Side::Right, false);
     for h in &hours {
         let (x0, x1) = (x(h.hour as f64) + 2.0, x(h.hour as f64 + 1.0) - 2.0);
         let top = y_count(f64::from(h.preemptions));
-        writeln!(
-            out,
-            r##"<rect x="{x0:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="#a0cbe8"/>"##,
-            (x1 - x0).max(0.5),
-            TOP + PLOT_HEIGHT - top
-        )?;
+        svg.rect(x0, top, (x1 - x0).max(0.5), TOP + PLOT_HEIGHT - top, r##"fill="#a0cbe8""##);
     }
-    let mut points = String::new();
+    let mut points = Vec::new();
     for h in &hours {
         if let Some(r) = h.rate_per_instance_hour {
-            let (px, py) = (x(h.hour as f64 + 0.5), y_rate(r));
-            let _ = write!(points, "{px:.1},{py:.1} ");
-            writeln!(out, r##"<circle cx="{px:.1}" cy="{py:.1}" r="3" fill="#e15759"/>"##)?;
+            let point = (x(h.hour as f64 + 0.5), y_rate(r));
+            points.push(point);
+            svg.circle(point, 3.0, r##"fill="#e15759""##);
         }
     }
-    writeln!(
-        out,
-        r##"<polyline points="{}" fill="none" stroke="#e15759" stroke-width="2"/>"##,
-        points.trim_end()
-    )?;
-    writeln!(
-        out,
-        r##"<line x1="{LEFT:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#e15759" stroke-dasharray="5 4"/>"##,
-        y_rate(overall),
-        LEFT + PLOT_WIDTH,
-        y_rate(overall)
-    )?;
-    frame(out)?;
+    svg.polyline(&points, r##"fill="none" stroke="#e15759" stroke-width="2""##);
+    svg.line(
+        (LEFT, y_rate(overall)),
+        (LEFT + PLOT_WIDTH, y_rate(overall)),
+        r##"stroke="#e15759" stroke-dasharray="5 4""##,
+    );
+    svg.frame(AREA);
     legend(
-        out,
+        &mut svg,
         &[
             ("#a0cbe8", "", "preemptions in the hour"),
             ("#e15759", "", "per instance-hour"),
             ("#e15759", "5 4", "whole trace, per instance-hour"),
         ],
-    )?;
-    writeln!(out, "</svg>")
+    );
+    svg.finish()
 }
 
 #[cfg(test)]

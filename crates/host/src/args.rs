@@ -1,0 +1,157 @@
+//! The argument groups several subcommands share, each with the loading it
+//! implies: how to read a trace, the sandbox's budgets, which policies decide,
+//! and which model profile to plan for.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use parcae_policy_core::ModelProfile;
+use parcae_profile::{CostConstants, Profile};
+use parcae_runtime::{PolicyRuntime, SandboxLimits};
+use parcae_sim::Prices;
+
+use crate::embedded::{self, DEFAULT_POLICY};
+use crate::policies::PolicySet;
+
+/// How to read a trace.
+#[derive(Debug, Args)]
+pub struct TraceInput {
+    /// Force the input format instead of detecting it (events-csv, counts-csv,
+    /// segments-jsonl, decisions-json, ticks-json, timestamped-counts).
+    #[arg(long)]
+    pub format: Option<parcae_traces::Format>,
+    /// Length of one control interval, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub interval_seconds: u64,
+}
+
+impl TraceInput {
+    /// Reads the trace at `path` in the forced or detected format.
+    pub fn load(&self, path: &Path) -> anyhow::Result<parcae_traces::Trace> {
+        Ok(embedded::trace_or_demo(Some(path), self.format)?)
+    }
+
+    /// Reads the trace at `path`, or the embedded demo trace when none is given.
+    pub fn load_or_demo(&self, path: Option<&Path>) -> anyhow::Result<parcae_traces::Trace> {
+        Ok(embedded::trace_or_demo(path, self.format)?)
+    }
+
+    /// The control interval, ms (errors on zero).
+    pub fn interval_ms(&self) -> anyhow::Result<u64> {
+        anyhow::ensure!(self.interval_seconds > 0, "--interval-seconds must be at least 1");
+        Ok(self.interval_seconds * 1000)
+    }
+}
+
+/// Budgets each policy call runs under.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Fuel (about one unit per Wasm instruction) one policy call may use.
+    #[arg(long, default_value_t = SandboxLimits::default().fuel_per_call)]
+    pub fuel: u64,
+    /// Wall-clock limit of one policy call, milliseconds.
+    #[arg(long, default_value_t = SandboxLimits::default().deadline_per_call.as_millis() as u64)]
+    pub deadline_ms: u64,
+    /// Memory one policy may hold, MiB.
+    #[arg(long, default_value_t = SandboxLimits::default().memory_bytes >> 20)]
+    pub memory_mib: usize,
+}
+
+impl SandboxArgs {
+    /// The policy runtime enforcing these budgets.
+    pub fn runtime(&self) -> anyhow::Result<PolicyRuntime> {
+        Ok(PolicyRuntime::new(SandboxLimits {
+            fuel_per_call: self.fuel,
+            deadline_per_call: Duration::from_millis(self.deadline_ms),
+            memory_bytes: self.memory_mib << 20,
+            ..SandboxLimits::default()
+        })?)
+    }
+}
+
+/// Which policy components decide.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Policy component serving every interface it exports (`.wasm` or
+    /// `builtin:NAME`; default: builtin:robust-liveput).
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Predictor component (overrides --policy's predictor).
+    #[arg(long)]
+    pub predictor: Option<String>,
+    /// Optimizer component (overrides --policy's optimizer).
+    #[arg(long)]
+    pub optimizer: Option<String>,
+}
+
+impl PolicyArgs {
+    /// The policy argument in effect (`--policy` or the default).
+    pub fn policy_spec(&self) -> &str {
+        self.policy.as_deref().unwrap_or(DEFAULT_POLICY)
+    }
+
+    /// Loads the components once (see [`PolicySet::guarded`] for instances).
+    pub fn load(&self, runtime: &PolicyRuntime) -> anyhow::Result<PolicySet> {
+        PolicySet::load(
+            runtime,
+            Some(self.policy_spec()),
+            self.predictor.as_deref(),
+            self.optimizer.as_deref(),
+        )
+    }
+
+    /// Loads the components into one guarded policy.
+    pub fn guarded(&self, runtime: &PolicyRuntime) -> anyhow::Result<parcae_runtime::GuardedPolicy> {
+        Ok(self.load(runtime)?.guarded())
+    }
+}
+
+/// Which model and cost profile to plan for.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Profile file (default: the embedded example profile).
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Model in the profile (default: the profile's first model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Cost-model constants file (default: the embedded one).
+    #[arg(long)]
+    pub cost_constants: Option<PathBuf>,
+}
+
+impl ProfileArgs {
+    /// The profile file as measured (`--profile` or the embedded example).
+    pub fn raw(&self) -> anyhow::Result<Profile> {
+        Ok(embedded::profile_or_example(self.profile.as_deref())?)
+    }
+
+    /// The policy-level profile of the chosen model.
+    pub fn load(&self) -> anyhow::Result<ModelProfile> {
+        Ok(self.load_with_prices()?.0)
+    }
+
+    /// The policy-level profile of the chosen model and the instance prices.
+    pub fn load_with_prices(&self) -> anyhow::Result<(ModelProfile, Prices)> {
+        let profile = self.raw()?;
+        let constants = match &self.cost_constants {
+            Some(path) => CostConstants::load(path)?,
+            None => CostConstants::from_json(embedded::COST_CONSTANTS.1, embedded::COST_CONSTANTS.0)?,
+        };
+        let model = match &self.model {
+            Some(model) => model.clone(),
+            None => profile
+                .model_names()
+                .first()
+                .map(|m| m.to_string())
+                .with_context(|| format!("{}: has no models", profile.file().display()))?,
+        };
+        let prices = Prices {
+            spot_usd_per_hour: profile.spot_usd_per_hour(),
+            on_demand_usd_per_hour: profile.on_demand_usd_per_hour(),
+        };
+        Ok((profile.model_profile(&model, &constants)?, prices))
+    }
+}

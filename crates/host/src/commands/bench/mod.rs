@@ -1,0 +1,250 @@
+//! `parcae-host bench`: scores policies and reference baselines on traces under
+//! the liveput cost model ([`parcae_sim`]).
+//!
+//! For every trace, every requested baseline and every policy produces one
+//! decision per interval; [`parcae_sim::simulate`] turns each sequence into
+//! expected samples, migrations, time lost and money. Policies run through the
+//! same control loop as `replay` ([`crate::control::replay`]), sandbox and
+//! fallbacks included.
+//!
+//! Baselines:
+//! - `ideal`: not a decision sequence; the fastest layout that fits, every
+//!   interval, with no overhead at all (an upper bound);
+//! - `oracle`: the plan that maximises expected samples over the whole trace,
+//!   knowing the future (the DP planner);
+//! - `liveput-truth`: at each interval, plan the next H true intervals, apply
+//!   the first step (receding horizon);
+//! - `reactive`: the throughput-optimal layout for the instances alive now,
+//!   reached by live migration;
+//! - `reactive-restart`: the same decisions, but every availability change
+//!   restarts the job from a checkpoint, as the Parcae artifact's reactive
+//!   baseline (`parcae_sim::simulate_with` with
+//!   [`parcae_sim::MigrationMode::RestartOnChange`]);
+//! - `artifact`: the Parcae artifact's recorded decisions
+//!   (`artifact:throughput-opt`, `artifact:liveput-truth`,
+//!   `artifact:liveput-predict`) when the trace file carries them.
+//!
+//! Peers (`--peers`): the published systems modelled on the same profile with
+//! their own overheads ([`parcae_sim::peers`]): `bamboo`, `varuna`, `oobleck`
+//! and `on-demand` (a fixed fleet at the on-demand price, the cost
+//! reference), with constants from `profiles/peer-constants.json` (embedded;
+//! `--peer-constants` for another file).
+
+mod peers;
+mod plots;
+mod score;
+mod table;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+pub use peers::{PEER_CONSTANTS, PeerArg, load_peer_constants, parse_peer_constants};
+pub use score::{Baseline, BenchSettings, PolicyEntry, Row, TraceBench, bench_trace};
+pub use table::{LEGEND, records, table};
+
+use score::baseline_units;
+use table::describe;
+
+use crate::args::{ProfileArgs, SandboxArgs, TraceInput};
+use crate::policies::load_policy;
+use crate::record::{write_csv, write_json};
+
+/// Arguments of `parcae-host bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Traces to score on (default: the embedded demo trace). Repeatable, or
+    /// several after one `--trace`.
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    pub trace: Vec<PathBuf>,
+    #[command(flatten)]
+    /// How to read the traces.
+    pub input: TraceInput,
+    /// Policy component to score (`.wasm` or `builtin:NAME`); repeatable.
+    #[arg(long = "policy", value_name = "POLICY")]
+    pub policies: Vec<String>,
+    #[command(flatten)]
+    /// Which model to plan for.
+    pub profile: ProfileArgs,
+    /// Intervals each plan covers (H): for the policies and liveput-truth.
+    #[arg(long, default_value_t = 8)]
+    pub horizon: u32,
+    /// Baselines to score, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST", default_values_t = Baseline::ALL)]
+    pub baselines: Vec<Baseline>,
+    /// Published systems to compare with, comma-separated (bamboo, varuna,
+    /// oobleck, on-demand, or all), modelled on the same profile.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
+    pub peers: Vec<PeerArg>,
+    /// The peers' constants (default: the embedded profiles/peer-constants.json).
+    #[arg(long, value_name = "FILE")]
+    pub peer_constants: Option<PathBuf>,
+    /// Seeded draws of which instances are preempted, for the peers that
+    /// depend on it (Bamboo).
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub peer_runs: u32,
+    /// Write one JSON record per (trace, policy) to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write one CSV row per (trace, policy) to this file.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Write one SVG plot per trace into this directory (created if missing).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    /// Budgets of each policy call.
+    pub sandbox: SandboxArgs,
+}
+
+/// A file name for a trace's plot that no other trace of the run takes.
+fn plot_name(bench: &TraceBench, model: &str, taken: &mut Vec<String>) -> String {
+    let stem =
+        bench.path.file_stem().map_or_else(|| "trace".to_string(), |s| s.to_string_lossy().into_owned());
+    let clean = |s: &str| -> String {
+        s.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    };
+    let base = format!("{}-{}", clean(&stem), clean(model));
+    let mut name = format!("{base}.svg");
+    let mut n = 2;
+    while taken.contains(&name) {
+        name = format!("{base}-{n}.svg");
+        n += 1;
+    }
+    taken.push(name.clone());
+    name
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed}] {wide_msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// `parcae-host bench`.
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let interval_ms = args.input.interval_ms()?;
+    anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
+    let (profile, prices) = args.profile.load_with_prices()?;
+    let mut baselines = args.baselines.clone();
+    baselines.sort();
+    baselines.dedup();
+    let peers = PeerArg::expand(&args.peers);
+    let peer_constants =
+        if peers.is_empty() { None } else { Some(load_peer_constants(args.peer_constants.as_deref())?) };
+    let settings = BenchSettings {
+        peers,
+        peer_constants,
+        peer_runs: args.peer_runs,
+        ..BenchSettings::new(interval_ms, args.horizon, baselines, prices)
+    };
+    let runtime = if args.policies.is_empty() { None } else { Some(args.sandbox.runtime()?) };
+    let mut policies = Vec::new();
+    if let Some(runtime) = &runtime {
+        for spec in &args.policies {
+            let component = load_policy(runtime, spec).with_context(|| format!("loading policy {spec}"))?;
+            policies.push(PolicyEntry { spec: spec.clone(), component });
+        }
+    }
+    let traces: Vec<Option<&PathBuf>> =
+        if args.trace.is_empty() { vec![None] } else { args.trace.iter().map(Some).collect() };
+    let per_trace = baseline_units(&settings) + policies.len() as u64;
+    let progress = progress_bar(per_trace * traces.len() as u64);
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut all_records = Vec::new();
+    let mut plot_names = Vec::new();
+    progress.suspend(|| println!("{LEGEND}\n"));
+    for path in traces {
+        let trace = args.input.load_or_demo(path.map(PathBuf::as_path))?;
+        let bench = bench_trace(&trace, &profile, &policies, &settings, &progress)?;
+        let mut text = format!("{}\n\n{}\n", describe(&bench, &profile.model), table(&bench));
+        for note in &bench.notes {
+            text.push_str(&format!("note: {note}\n"));
+        }
+        if let Some(dir) = &args.plot {
+            let file = dir.join(plot_name(&bench, &profile.model, &mut plot_names));
+            std::fs::write(&file, plots::plot(&bench, &profile.model))
+                .with_context(|| format!("writing {}", file.display()))?;
+            text.push_str(&format!("plot: {}\n", file.display()));
+        }
+        progress.suspend(|| println!("{text}"));
+        all_records.extend(records(&bench, &profile.model, &settings));
+    }
+    progress.finish_and_clear();
+    if let Some(path) = &args.json {
+        write_json(&all_records, path)?;
+        println!("records written to {}", path.display());
+    }
+    if let Some(path) = &args.csv {
+        write_csv(&all_records, path)?;
+        println!("records written to {}", path.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embedded::DEMO_TRACE;
+    use parcae_sim::Peer;
+    use std::path::Path;
+
+    #[test]
+    fn peers_join_the_table_or_say_why_not() {
+        let trace = parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), None).unwrap();
+        let profile_args = ProfileArgs { profile: None, model: None, cost_constants: None };
+        let (profile, prices) = profile_args.load_with_prices().unwrap();
+        let mut constants = load_peer_constants(None).unwrap();
+        let settings = BenchSettings {
+            peers: Peer::ALL.to_vec(),
+            peer_constants: Some(constants.clone()),
+            peer_runs: 4,
+            ..BenchSettings::new(60_000, 8, vec![Baseline::Ideal], prices)
+        };
+        // The example model has no published peer figures: rows skipped, said so.
+        let bench = bench_trace(&trace, &profile, &[], &settings, &ProgressBar::hidden()).unwrap();
+        let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["ideal", "on-demand"]);
+        assert!(
+            bench
+                .notes
+                .iter()
+                .any(|n| n.contains("bamboo: the peer constants have no entry for model `tiny-gpt`"))
+        );
+        // With figures for it, every peer has a row, and on-demand has no spot price.
+        let bamboo = constants.bamboo.models["bert"].clone();
+        let varuna = constants.varuna.models["bert"].clone();
+        let oobleck = constants.oobleck.models["bert"].clone();
+        constants.bamboo.models.insert("tiny-gpt".into(), bamboo);
+        constants.varuna.models.insert("tiny-gpt".into(), varuna);
+        constants.oobleck.models.insert("tiny-gpt".into(), oobleck);
+        let settings = BenchSettings { peer_constants: Some(constants), ..settings };
+        let bench = bench_trace(&trace, &profile, &[], &settings, &ProgressBar::hidden()).unwrap();
+        let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["ideal", "bamboo", "varuna", "oobleck", "on-demand"]);
+        for row in &bench.rows {
+            assert!(
+                row.result.totals.samples <= bench.ideal_samples || row.name == "on-demand",
+                "{}",
+                row.name
+            );
+        }
+        let text = table(&bench).to_string();
+        let on_demand = text.lines().find(|l| l.starts_with("| on-demand")).unwrap();
+        let cells: Vec<&str> = on_demand.split('|').map(str::trim).collect();
+        // policy, samples, ..., $ spot (12th), $ on-demand, $/M spot, $/M on-demand.
+        assert_eq!(cells[12], "-");
+        assert_eq!(cells[14], "-");
+        assert_ne!(cells[15], "-");
+    }
+}

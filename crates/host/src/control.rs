@@ -1,0 +1,162 @@
+//! The control step every command runs: at an interval boundary, forecast the
+//! intervals ahead with the predictor, plan with the optimizer, and record
+//! whether the guest or the built-in fallback answered each. [`decide`] is the
+//! one step (`run` calls it live); [`replay`] runs it over a whole trace for
+//! `replay`, `bench`, `provision` and `bench-migration`.
+
+use parcae_policy_core::{IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest};
+use parcae_runtime::{Answer, GuardedPolicy, Source};
+use serde::Serialize;
+
+/// How the loop runs.
+#[derive(Debug, Clone)]
+pub struct ControlSettings {
+    /// Length of one control interval, ms.
+    pub interval_ms: u64,
+    /// Intervals each plan covers (H): the one starting now and H-1 forecast.
+    pub horizon: u32,
+    /// Largest fleet the job may hold; forecasts above it are invalid.
+    pub fleet_max: u32,
+}
+
+/// What one control step decided and who answered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The layout for the interval starting now (`None`: pause).
+    pub config: Option<ParallelConfig>,
+    /// Samples the plan's first step expects.
+    pub expected_samples: f64,
+    /// The forecast for the next interval (`None` when H = 1: nothing forecast).
+    pub forecast_instances: Option<u32>,
+    /// Who forecast: `guest`, `fallback`, or `-` when H = 1 (nothing asked).
+    pub predictor: &'static str,
+    /// Who planned: `guest` or `fallback`.
+    pub optimizer: &'static str,
+    /// Why a fallback answered, if one did (the optimizer's reason first).
+    pub fault: Option<String>,
+}
+
+/// Forecasts and plans for the interval starting now, `now` (its events
+/// happen at its start, so it is observed), after the intervals `past`;
+/// `current` is the layout the job runs now.
+pub fn decide(
+    policy: &mut GuardedPolicy,
+    settings: &ControlSettings,
+    profile: &ModelProfile,
+    past: &[IntervalStats],
+    now: IntervalStats,
+    current: Option<ParallelConfig>,
+) -> Step {
+    let fleet_min = past.iter().map(|h| h.instances).fold(now.instances, u32::min);
+    let forecast = if settings.horizon > 1 {
+        let mut history = Vec::with_capacity(past.len() + 1);
+        history.extend_from_slice(past);
+        history.push(now);
+        policy.predict(&PredictRequest {
+            history,
+            horizon: settings.horizon - 1,
+            interval_ms: settings.interval_ms,
+            fleet_min,
+            fleet_max: settings.fleet_max,
+        })
+    } else {
+        Answer { value: Vec::new(), source: Source::Fallback, fault: None }
+    };
+    let mut planned = Vec::with_capacity(settings.horizon as usize);
+    planned.push(now);
+    planned.extend_from_slice(&forecast.value);
+    let plan = policy.optimize(&OptimizeRequest {
+        forecast: planned,
+        instances_now: now.instances,
+        current,
+        interval_ms: settings.interval_ms,
+        profile: profile.clone(),
+    });
+    let first = plan.value.steps.first().copied();
+    Step {
+        config: first.and_then(|s| s.config),
+        expected_samples: first.map_or(0.0, |s| s.expected_samples),
+        forecast_instances: forecast.value.first().map(|s| s.instances),
+        predictor: if settings.horizon > 1 { source_name(forecast.source) } else { "-" },
+        optimizer: source_name(plan.source),
+        fault: plan.fault.as_ref().or(forecast.fault.as_ref()).map(ToString::to_string),
+    }
+}
+
+/// Who answered a policy call, as reports name it.
+pub fn source_name(source: Source) -> &'static str {
+    match source {
+        Source::Guest => "guest",
+        Source::Fallback => "fallback",
+    }
+}
+
+/// What was decided for one interval of a replayed trace.
+#[derive(Debug, Clone, Serialize)]
+pub struct Decision {
+    /// Index of the interval.
+    pub interval: usize,
+    /// Its start, ms since the start of the trace.
+    pub start_ms: u64,
+    /// Instances alive when the decision was made (after the boundary's events).
+    pub instances: u32,
+    /// Instances that arrived at the boundary.
+    pub arrivals: u32,
+    /// Instances preempted at the boundary.
+    pub preemptions: u32,
+    /// The forecast for the next interval (`None` when H = 1: nothing forecast).
+    pub forecast_instances: Option<u32>,
+    /// `None`: training paused.
+    #[serde(serialize_with = "config_text")]
+    pub config: Option<ParallelConfig>,
+    /// Samples the plan's first step expects.
+    pub expected_samples: f64,
+    /// Who forecast (`guest`, `fallback`, `-`).
+    pub predictor: &'static str,
+    /// Who planned (`guest`, `fallback`).
+    pub optimizer: &'static str,
+    /// Why a fallback answered, if one did.
+    pub fault: Option<String>,
+}
+
+fn config_text<S: serde::Serializer>(config: &Option<ParallelConfig>, s: S) -> Result<S::Ok, S::Error> {
+    match config {
+        Some(c) => s.serialize_str(&c.to_string()),
+        None => s.serialize_none(),
+    }
+}
+
+/// Runs the control step at every interval of `series` (one entry per
+/// interval, as normalised from a trace), each decision becoming the next
+/// step's current layout. `on_decision` sees each decision as it is made
+/// (for progress output).
+pub fn replay(
+    series: &[IntervalStats],
+    profile: &ModelProfile,
+    policy: &mut GuardedPolicy,
+    settings: &ControlSettings,
+    mut on_decision: impl FnMut(&Decision),
+) -> Vec<Decision> {
+    let mut decisions = Vec::with_capacity(series.len());
+    let mut current: Option<ParallelConfig> = None;
+    for (k, observed) in series.iter().enumerate() {
+        let step = decide(policy, settings, profile, &series[..k], *observed, current);
+        let decision = Decision {
+            interval: k,
+            start_ms: k as u64 * settings.interval_ms,
+            instances: observed.instances,
+            arrivals: observed.arrivals,
+            preemptions: observed.preemptions,
+            forecast_instances: step.forecast_instances,
+            config: step.config,
+            expected_samples: step.expected_samples,
+            predictor: step.predictor,
+            optimizer: step.optimizer,
+            fault: step.fault,
+        };
+        on_decision(&decision);
+        decisions.push(decision);
+        current = step.config;
+    }
+    decisions
+}

@@ -1,0 +1,160 @@
+//! The record of one scored (trace, decision maker) pair, shared by `bench`
+//! (one per row of its tables) and `run` (a real run summarised in the same
+//! fields), so a run and its simulation line up field by field; and the
+//! `--json`/`--csv` writers of those records.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+use parcae_runtime::FaultCounts;
+use serde::Serialize;
+
+/// What produced a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RowKind {
+    /// A reference decision maker (`bench --baselines`).
+    Baseline,
+    /// A policy component run in the sandbox.
+    Policy,
+    /// A published system modelled on the same profile.
+    Peer,
+    /// A real run of `parcae-host run` (its event log carries this record).
+    Run,
+}
+
+/// How a policy behaved in the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyHealth {
+    /// Forecasts the guest answered.
+    pub predictor_guest_answers: u64,
+    /// Forecasts the built-in fallback answered.
+    pub predictor_fallbacks: u64,
+    /// Plans the guest answered.
+    pub optimizer_guest_answers: u64,
+    /// Plans the built-in fallback answered.
+    pub optimizer_fallbacks: u64,
+    /// Faults of both interfaces.
+    pub faults: u64,
+    /// Human-readable counters (`predictor: ...; optimizer: ...`).
+    pub summary: String,
+}
+
+impl PolicyHealth {
+    pub(crate) fn new(predictor: &FaultCounts, optimizer: &FaultCounts) -> Self {
+        Self {
+            predictor_guest_answers: predictor.guest_answers,
+            predictor_fallbacks: predictor.fallbacks,
+            optimizer_guest_answers: optimizer.guest_answers,
+            optimizer_fallbacks: optimizer.fallbacks,
+            faults: predictor.total_faults() + optimizer.total_faults(),
+            summary: format!("predictor: {predictor}; optimizer: {optimizer}"),
+        }
+    }
+}
+
+/// One (trace, policy) line of `--json` and `--csv`: every figure, flat.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchRecord {
+    /// Display name of the trace.
+    pub trace: String,
+    /// The trace file as given.
+    pub trace_path: String,
+    /// Model of the profile.
+    pub model: String,
+    /// Decision maker (baseline, peer, policy or run).
+    pub policy: String,
+    /// What produced the record.
+    pub kind: RowKind,
+    /// The policy argument as given (policies only).
+    pub policy_spec: Option<String>,
+    /// Length of one interval, ms.
+    pub interval_ms: u64,
+    /// Plan horizon H, intervals.
+    pub horizon: u32,
+    /// Intervals scored.
+    pub intervals: usize,
+    /// Trace time scored, hours.
+    pub hours: f64,
+    /// Net samples trained.
+    pub samples: f64,
+    /// Samples rolled back by restarts from checkpoint (already off `samples`).
+    pub lost_samples: f64,
+    /// Samples per trace hour.
+    pub samples_per_hour: f64,
+    /// Samples as a percentage of the Ideal bound.
+    pub pct_of_ideal: Option<f64>,
+    /// Samples as a percentage of the Oracle (when scored).
+    pub pct_of_oracle: Option<f64>,
+    /// Expected intra-stage reconfigurations.
+    pub migrations_intra_stage: f64,
+    /// Expected inter-stage reconfigurations.
+    pub migrations_inter_stage: f64,
+    /// Expected repartitions.
+    pub migrations_repartition: f64,
+    /// Expected restarts from checkpoint.
+    pub migrations_restart: f64,
+    /// All expected reconfigurations.
+    pub migrations_total: f64,
+    /// Starts from nothing (first layout, after a pause with no state).
+    pub cold_starts: usize,
+    /// Intervals whose layout differs from the previous one.
+    pub config_changes: usize,
+    /// Intervals with no layout.
+    pub paused_intervals: usize,
+    /// Expected hours spent reconfiguring.
+    pub migration_hours: f64,
+    /// Instance-hours paid for.
+    pub instance_hours: f64,
+    /// Cost at the spot price.
+    pub usd_spot: f64,
+    /// Cost at the on-demand price.
+    pub usd_on_demand: f64,
+    /// Spot dollars per million samples.
+    pub usd_per_million_samples_spot: Option<f64>,
+    /// On-demand dollars per million samples.
+    pub usd_per_million_samples_on_demand: Option<f64>,
+    /// Samples the policy expected itself (before migration costs as it saw them).
+    pub policy_expected_samples: Option<f64>,
+    /// Forecasts the guest answered.
+    pub predictor_guest_answers: Option<u64>,
+    /// Forecasts the built-in fallback answered.
+    pub predictor_fallbacks: Option<u64>,
+    /// Plans the guest answered.
+    pub optimizer_guest_answers: Option<u64>,
+    /// Plans the built-in fallback answered.
+    pub optimizer_fallbacks: Option<u64>,
+    /// Faults of both interfaces.
+    pub policy_faults: Option<u64>,
+    /// Recorded layouts not in the profile.
+    pub artifact_not_profiled: Option<usize>,
+    /// Recorded layouts larger than the fleet.
+    pub artifact_does_not_fit: Option<usize>,
+    /// Intervals the record has no decision for.
+    pub artifact_missing_intervals: Option<usize>,
+}
+
+fn create(path: &Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    Ok(std::io::BufWriter::new(file))
+}
+
+/// Writes `records` as a JSON array.
+pub fn write_json(records: &[BenchRecord], path: &Path) -> anyhow::Result<()> {
+    let mut out = create(path)?;
+    serde_json::to_writer_pretty(&mut out, records)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| Ok(writeln!(out)?))
+        .and_then(|()| Ok(out.flush()?))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes `records` as CSV with a header row.
+pub fn write_csv(records: &[BenchRecord], path: &Path) -> anyhow::Result<()> {
+    let mut writer = csv::Writer::from_writer(create(path)?);
+    for record in records {
+        writer.serialize(record).with_context(|| format!("writing {}", path.display()))?;
+    }
+    writer.flush().with_context(|| format!("writing {}", path.display()))
+}
