@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use parcae_policy_core::ModelProfile;
+use parcae_policy_core::{ModelProfile, Recovery};
 use parcae_profile::{CostConstants, Profile};
 use parcae_runtime::{PolicyRuntime, SandboxLimits};
 use parcae_sim::Prices;
@@ -133,13 +133,15 @@ impl ProfileArgs {
         Ok(self.load_with_prices()?.0)
     }
 
+    /// The cost-model constants (`--cost-constants` or the embedded file).
+    pub fn constants(&self) -> anyhow::Result<CostConstants> {
+        Ok(embedded::constants_or_embedded(self.cost_constants.as_deref())?)
+    }
+
     /// The policy-level profile of the chosen model and the instance prices.
     pub fn load_with_prices(&self) -> anyhow::Result<(ModelProfile, Prices)> {
         let profile = self.raw()?;
-        let constants = match &self.cost_constants {
-            Some(path) => CostConstants::load(path)?,
-            None => CostConstants::from_json(embedded::COST_CONSTANTS.1, embedded::COST_CONSTANTS.0)?,
-        };
+        let constants = self.constants()?;
         let model = match &self.model {
             Some(model) => model.clone(),
             None => profile
@@ -153,5 +155,60 @@ impl ProfileArgs {
             on_demand_usd_per_hour: profile.on_demand_usd_per_hour(),
         };
         Ok((profile.model_profile(&model, &constants)?, prices))
+    }
+}
+
+/// The preemption notice the deployment gets, which decides how a stage that
+/// loses every holder is recovered (evacuated, checkpointed in the notice, or
+/// rolled back), for every row of a comparison alike.
+#[derive(Debug, Args)]
+pub struct NoticeArgs {
+    /// Seconds of warning before a preemption (0: unannounced). Default: by
+    /// the trace's cloud, read from its path (`aws`: 120, `gcp`/`google` or
+    /// `azure`: 30), else 30, the shortest notice the three clouds give.
+    #[arg(long, value_name = "SECONDS")]
+    pub notice_seconds: Option<f64>,
+}
+
+/// A notice and where it came from, for the report.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Notice {
+    /// Seconds of warning.
+    pub seconds: f64,
+    /// Why this value: `--notice-seconds`, or the cloud the trace is from.
+    pub source: &'static str,
+}
+
+impl NoticeArgs {
+    /// The notice for `trace` (its path names the cloud when no
+    /// `--notice-seconds` is given).
+    pub fn notice_for(&self, trace: &Path) -> anyhow::Result<Notice> {
+        if let Some(seconds) = self.notice_seconds {
+            anyhow::ensure!(
+                seconds.is_finite() && seconds >= 0.0,
+                "--notice-seconds {seconds}: must be a finite number >= 0"
+            );
+            return Ok(Notice { seconds, source: "--notice-seconds" });
+        }
+        let path = trace.to_string_lossy().to_ascii_lowercase();
+        let has = |word: &str| {
+            path.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| part == word)
+        };
+        Ok(if has("aws") {
+            Notice { seconds: 120.0, source: "AWS spot (from the trace path)" }
+        } else if has("gcp") || has("google") {
+            Notice { seconds: 30.0, source: "GCP spot (from the trace path)" }
+        } else if has("azure") {
+            Notice { seconds: 30.0, source: "Azure spot (from the trace path)" }
+        } else {
+            Notice { seconds: 30.0, source: "cloud unknown: the shortest of AWS, GCP and Azure" }
+        })
+    }
+
+    /// The recovery rules for `trace` under `constants` (the checkpoint write
+    /// rate comes from the constants file).
+    pub fn recovery_for(&self, trace: &Path, constants: &CostConstants) -> anyhow::Result<(Recovery, Notice)> {
+        let notice = self.notice_for(trace)?;
+        Ok((constants.recovery(notice.seconds * 1000.0)?, notice))
     }
 }

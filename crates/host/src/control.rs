@@ -4,7 +4,7 @@
 //! one step (`run` calls it live); [`replay`] runs it over a whole trace for
 //! `replay`, `bench`, `provision` and `bench-migration`.
 
-use parcae_policy_core::{IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest};
+use parcae_policy_core::{IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest, Recovery};
 use parcae_runtime::{Answer, GuardedPolicy, Source};
 use serde::Serialize;
 
@@ -17,6 +17,9 @@ pub struct ControlSettings {
     pub horizon: u32,
     /// Largest fleet the job may hold; forecasts above it are invalid.
     pub fleet_max: u32,
+    /// How the deployment recovers a stage that loses every holder (the
+    /// cloud's preemption notice), told to the optimizer.
+    pub recovery: Recovery,
 }
 
 /// What one control step decided and who answered.
@@ -71,6 +74,7 @@ pub fn decide(
         current,
         interval_ms: settings.interval_ms,
         profile: profile.clone(),
+        recovery: settings.recovery,
     });
     let first = plan.value.steps.first().copied();
     Step {

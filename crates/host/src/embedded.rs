@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use parcae_profile::{Profile, ProfileError};
+use parcae_profile::{CostConstants, Profile, ProfileError};
 use parcae_traces::{Format, Trace, TraceError};
 
 /// The reactive throughput-optimal policy, compiled to a component at build time.
@@ -60,6 +60,14 @@ pub fn trace_or_demo(path: Option<&Path>, format: Option<Format>) -> Result<Trac
         (Some(path), Some(format)) => parcae_traces::load_as(path, format),
         (Some(path), None) => parcae_traces::load(path),
         (None, format) => parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), format),
+    }
+}
+
+/// The constants file at `path`, or the embedded one when no path is given.
+pub fn constants_or_embedded(path: Option<&Path>) -> Result<CostConstants, ProfileError> {
+    match path {
+        Some(path) => CostConstants::load(path),
+        None => CostConstants::from_json(COST_CONSTANTS.1, COST_CONSTANTS.0),
     }
 }
 

@@ -142,7 +142,7 @@ impl GuardedLiveput {
         })?;
         let keep = 1.0 - 1.0 / self.settings.window_intervals.max(1.0);
         let interval_ms = request.interval_ms as f64;
-        let recovery = self.planner.optimizer.options.recovery;
+        let recovery = request.recovery;
         for candidate in [Candidate::Planner, Candidate::Reactive] {
             let shadow = self.shadows[candidate as usize];
             let mut own = request.clone();
@@ -206,6 +206,7 @@ mod tests {
             current,
             interval_ms: 60_000,
             profile: toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0), (4, 2, 44.0), (1, 1, 8.0)], 600_000.0),
+            recovery: crate::Recovery::UNANNOUNCED,
         }
     }
 

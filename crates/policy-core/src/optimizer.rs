@@ -32,7 +32,8 @@ pub struct Liveput {
     /// caller that tracks it may set it.
     pub carried_ms: f64,
     /// Knobs of the program (default: [`PlanOptions::default`], `liveput()`'s
-    /// pause rule).
+    /// pause rule). Its `recovery` and `terminal_ms` are set on every call,
+    /// from the request and [`Liveput::terminal_horizons`].
     pub options: PlanOptions,
     /// Preemptions that may hit each forecast interval on top of the
     /// forecast's own, with their chance per interval (each replaced by an
@@ -79,6 +80,7 @@ impl Optimizer for Liveput {
             (0..steps.len()).map(|i| if i == 0 { Vec::new() } else { self.churn.clone() }).collect()
         };
         let options = PlanOptions {
+            recovery: request.recovery,
             terminal_ms: self.terminal_horizons * steps.len() as f64 * request.interval_ms as f64,
             ..self.options
         };
@@ -125,6 +127,7 @@ mod tests {
             current,
             interval_ms,
             profile: profile.clone(),
+            recovery: crate::Recovery::UNANNOUNCED,
         }
     }
 
@@ -166,7 +169,7 @@ mod tests {
             IntervalStats { instances: 4, arrivals: 0, preemptions: 2 },
             IntervalStats { instances: 7, arrivals: 3, preemptions: 0 },
         ];
-        let r = OptimizeRequest { forecast, instances_now: 6, current: None, interval_ms: 1000, profile };
+        let r = OptimizeRequest { forecast, instances_now: 6, current: None, interval_ms: 1000, profile, recovery: crate::Recovery::UNANNOUNCED };
         assert_eq!(
             steps_of(&r),
             vec![

@@ -94,6 +94,7 @@ mod tests {
             current: None,
             interval_ms: 60_000,
             profile: profile(),
+            recovery: crate::Recovery::UNANNOUNCED,
         };
         let plan = ThroughputOptimal.optimize(&request).unwrap();
         let chosen: Vec<_> =

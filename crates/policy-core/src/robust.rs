@@ -140,6 +140,7 @@ mod tests {
             current,
             interval_ms: 60_000,
             profile: profile.clone(),
+            recovery: crate::Recovery::UNANNOUNCED,
         }
     }
 

@@ -156,6 +156,8 @@ pub struct OptimizeRequest {
     pub current: Option<ParallelConfig>,
     pub interval_ms: u64,
     pub profile: ModelProfile,
+    /// How a stage that loses every holder is recovered (the cloud's notice).
+    pub recovery: crate::Recovery,
 }
 
 impl OptimizeRequest {

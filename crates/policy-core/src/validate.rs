@@ -169,6 +169,7 @@ mod tests {
             current: None,
             interval_ms: 1000,
             profile: profile(),
+            recovery: crate::Recovery::UNANNOUNCED,
         }
     }
 

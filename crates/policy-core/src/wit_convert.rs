@@ -27,11 +27,12 @@ macro_rules! impl_wit_conversions {
             model, global_batch_size, micro_batch_size, configs, partitions, transfer_curve,
             rendezvous_ms, process_start_ms, add_extra_ms, checkpoint_restart_ms, checkpoint_interval_ms
         });
+        $crate::impl_wit_conversions!(@both Recovery { preemption_notice_ms, checkpoint_write_bytes_per_ms });
         $crate::impl_wit_conversions!(@request wit_predictor::PredictRequest => PredictRequest {
             history, horizon, interval_ms, fleet_min, fleet_max
         });
         $crate::impl_wit_conversions!(@request wit_optimizer::OptimizeRequest => OptimizeRequest {
-            forecast, instances_now, current, interval_ms, profile
+            forecast, instances_now, current, interval_ms, profile, recovery
         });
     };
     (@both $name:ident { $($field:ident),* $(,)? }) => {

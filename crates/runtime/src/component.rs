@@ -13,9 +13,9 @@ use crate::instance::PolicyInstance;
 use crate::sandbox::{EPOCH_TICK, GuestState, SandboxLimits};
 
 /// Export names of the two policy interfaces.
-const PREDICTOR_EXPORT: &str = "parcae:policy/predictor@0.1.0";
-const OPTIMIZER_EXPORT: &str = "parcae:policy/optimizer@0.1.0";
-const LOG_IMPORT: &str = "parcae:policy/log@0.1.0";
+const PREDICTOR_EXPORT: &str = "parcae:policy/predictor@0.2.0";
+const OPTIMIZER_EXPORT: &str = "parcae:policy/optimizer@0.2.0";
+const LOG_IMPORT: &str = "parcae:policy/log@0.2.0";
 
 /// Why a component could not be loaded as a policy.
 #[derive(Debug, thiserror::Error)]
@@ -138,7 +138,14 @@ impl PolicyRuntime {
         if !exports.predictor && !exports.optimizer {
             let other_version = export_names.iter().find(|n| n.starts_with("parcae:policy/"));
             let hint = other_version
-                .map(|n| format!(" (it exports {n}: this host implements {})", crate::WIT_PACKAGE))
+                .map(|n| {
+                    let version = n.rsplit_once('@').map_or("an unknown version", |(_, v)| v);
+                    format!(
+                        " (it exports {n}: it targets parcae:policy@{version}, and this host implements {}; \
+                         rebuild it against this repository's wit/policy.wit)",
+                        crate::WIT_PACKAGE
+                    )
+                })
                 .unwrap_or_default();
             return Err(LoadError::NoPolicyExport {
                 name: name.to_string(),

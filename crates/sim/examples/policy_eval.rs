@@ -21,6 +21,7 @@ fn drive<P: Predictor + Optimizer>(
     policy: &mut P,
     series: &[IntervalStats],
     profile: &ModelProfile,
+    recovery: Recovery,
 ) -> Vec<Option<ParallelConfig>> {
     let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
     let mut current = None;
@@ -46,6 +47,7 @@ fn drive<P: Predictor + Optimizer>(
                 current,
                 interval_ms: INTERVAL_MS,
                 profile: profile.clone(),
+                recovery,
             })
             .unwrap();
         current = plan.steps.first().and_then(|s| s.config);
@@ -77,13 +79,11 @@ fn main() {
         let rr = run(&reactive(&profile, &series), MigrationMode::RestartOnChange);
         let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok());
         let mut robust = RobustLiveput::default();
-        robust.optimizer.options.recovery = recovery;
         if let Some(t) = env("TERMINAL") {
             robust.optimizer.terminal_horizons = t;
         }
-        let rob = run(&drive(&mut robust, &series, &profile), MigrationMode::Live);
+        let rob = run(&drive(&mut robust, &series, &profile, recovery), MigrationMode::Live);
         let mut guarded = GuardedLiveput::default();
-        guarded.planner.optimizer.options.recovery = recovery;
         if let Some(t) = env("TERMINAL") {
             guarded.planner.optimizer.terminal_horizons = t;
         }
@@ -93,7 +93,7 @@ fn main() {
         if let Some(w) = env("WINDOW") {
             guarded.settings.window_intervals = w;
         }
-        let g = run(&drive(&mut guarded, &series, &profile), MigrationMode::Live);
+        let g = run(&drive(&mut guarded, &series, &profile, recovery), MigrationMode::Live);
         let pct = |x: f64| format!("{:.1}", 100.0 * x / o);
         println!(
             "| {} | {:.0} | {} | {} | {} | {} | {} |",

@@ -342,6 +342,7 @@ fn drive<P>(
     series: &[IntervalStats],
     horizon: u32,
     profile: &ModelProfile,
+    recovery: Recovery,
 ) -> Vec<Option<ParallelConfig>>
 where
     P: parcae_policy_core::Predictor + parcae_policy_core::Optimizer,
@@ -371,6 +372,7 @@ where
                 current,
                 interval_ms: T,
                 profile: profile.clone(),
+                recovery,
             })
             .unwrap();
         let chosen = plan.steps.first().and_then(|s| s.config);
@@ -429,9 +431,7 @@ fn recovery_table() {
                 let best = run(&oracle_under(&profile, &series, T, recovery).unwrap(), MigrationMode::Live);
                 let reactive_decisions = reactive(&profile, &series);
                 let mut arima = ArimaLiveput::default();
-                arima.1.options.recovery = recovery;
                 let mut robust = RobustLiveput::default();
-                robust.optimizer.options.recovery = recovery;
                 let rows = [
                     run(&reactive_decisions, MigrationMode::Live),
                     run(&reactive_decisions, MigrationMode::RestartOnChange),
@@ -439,8 +439,8 @@ fn recovery_table() {
                         &liveput_truth_under(&profile, &series, T, H as usize, recovery).unwrap(),
                         MigrationMode::Live,
                     ),
-                    run(&drive(&mut arima, &series, H, &profile), MigrationMode::Live),
-                    run(&drive(&mut robust, &series, H, &profile), MigrationMode::Live),
+                    run(&drive(&mut arima, &series, H, &profile, recovery), MigrationMode::Live),
+                    run(&drive(&mut robust, &series, H, &profile, recovery), MigrationMode::Live),
                 ];
                 let pct: Vec<String> = rows.iter().map(|r| format!("{:>6.1}%", 100.0 * r / best)).collect();
                 println!("{trace_name:<6} {model:<9} {:>4.0} s  {}", notice_ms / 1000.0, pct.join("  "));

@@ -103,6 +103,7 @@ fn run_policy(profile: &ModelProfile, series: &[IntervalStats]) -> f64 {
                 current,
                 interval_ms: INTERVAL_MS,
                 profile: profile.clone(),
+                recovery: parcae_policy_core::Recovery::UNANNOUNCED,
             })
             .unwrap();
         current = plan.steps[0].config;
@@ -136,6 +137,7 @@ fn decision_request(
         current: Some(current),
         interval_ms: INTERVAL_MS,
         profile: profile.clone(),
+        recovery: parcae_policy_core::Recovery::UNANNOUNCED,
     }
 }
 

@@ -46,6 +46,7 @@ fn requests() -> (PredictRequest, OptimizeRequest) {
         current: None,
         interval_ms: 60_000,
         profile: profile(),
+        recovery: parcae_policy_core::Recovery::UNANNOUNCED,
     };
     (predict, optimize)
 }

@@ -77,5 +77,6 @@ pub fn optimize_request(instances: u32, horizon: usize) -> OptimizeRequest {
         current: None,
         interval_ms: 60_000,
         profile: toy_profile(),
+        recovery: parcae_policy_core::Recovery::UNANNOUNCED,
     }
 }

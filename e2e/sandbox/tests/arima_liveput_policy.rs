@@ -65,6 +65,7 @@ fn guest_matches_native(model: &str) {
             current,
             interval_ms: 60_000,
             profile: profile.clone(),
+            recovery: parcae_policy_core::Recovery::UNANNOUNCED,
         };
         let plan = guest.optimize(&optimize).expect("guest plan");
         let expected = liveput.optimize(&optimize).unwrap();

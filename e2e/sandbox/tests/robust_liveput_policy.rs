@@ -80,6 +80,7 @@ fn run_guest_against_native(model: &str, all: &[IntervalStats], horizon: u32) ->
             current,
             interval_ms: 60_000,
             profile: profile.clone(),
+            recovery: parcae_policy_core::Recovery::UNANNOUNCED,
         };
         hedged += usize::from(native.churn_for(&optimize) != ChurnEstimator::default().estimate(&[]));
         let plan = guest.optimize(&optimize).expect("guest plan");
@@ -137,6 +138,7 @@ fn without_its_forecast_the_guest_hedges_with_the_prior() {
         current: None,
         interval_ms: 60_000,
         profile,
+        recovery: parcae_policy_core::Recovery::UNANNOUNCED,
     };
     assert_eq!(native.churn_for(&optimize), ChurnEstimator::default().estimate(&[]));
     let plan = guest.optimize(&optimize).expect("guest plan");

@@ -21,7 +21,7 @@ use parcae_profile::Profile;
 use parcae_traces::EventKind;
 use serde::Serialize;
 
-use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
+use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
 use crate::control::{ControlSettings, replay};
 
 /// Options of `parcae-host bench-migration`.
@@ -45,6 +45,9 @@ pub struct MigrationBenchArgs {
     /// Budgets of each policy call.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// The preemption notice the policy plans with.
+    #[command(flatten)]
+    pub notice: NoticeArgs,
     /// Write the totals as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -170,7 +173,8 @@ pub fn run(args: &MigrationBenchArgs) -> anyhow::Result<()> {
     let runtime = args.sandbox.runtime()?;
     let mut policy = args.policies.guarded(&runtime)?;
     let fleet_max = series.intervals.iter().map(|s| s.instances).max().unwrap_or(0);
-    let settings = ControlSettings { interval_ms, horizon: args.horizon, fleet_max };
+    let (recovery, _) = args.notice.recovery_for(trace.source(), &args.profile.constants()?)?;
+    let settings = ControlSettings { interval_ms, horizon: args.horizon, fleet_max, recovery };
     let decisions = replay(&series.intervals, &profile, &mut policy, &settings, |_| {});
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
     let mut events_by_interval = vec![Vec::new(); series.len()];

@@ -32,12 +32,12 @@ use clap::Args;
 use comfy_table::{CellAlignment, Table, presets};
 use parcae_policy_core::liveput;
 use parcae_policy_core::reactive::best_config_for;
-use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_runtime::GuardedPolicy;
-use parcae_sim::Prices;
+use parcae_sim::{MigrationMode, Prices};
 use serde::Serialize;
 
-use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
+use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
 use crate::control::{ControlSettings, replay};
 
 /// Arguments of `parcae-host provision`.
@@ -84,6 +84,9 @@ pub struct ProvisionArgs {
     /// Budgets of each policy call.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// The preemption notice the policy plans with.
+    #[command(flatten)]
+    pub notice: NoticeArgs,
 }
 
 /// One `--offer`.
@@ -410,12 +413,13 @@ fn simulate_candidate(
     prices: Prices,
     policy: &mut GuardedPolicy,
     horizon: u32,
+    recovery: Recovery,
 ) -> anyhow::Result<parcae_sim::SimResult> {
     let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
-    let settings = ControlSettings { interval_ms, horizon, fleet_max };
+    let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
     let decisions = replay(series, profile, policy, &settings, |_| {});
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
-    Ok(parcae_sim::simulate(profile, series, interval_ms, &configs, prices)?)
+    Ok(parcae_sim::simulate_under(profile, series, interval_ms, &configs, prices, MigrationMode::Live, recovery)?)
 }
 
 /// Everything `provision` found, for `--json`.
@@ -589,6 +593,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     );
 
     let runtime = args.sandbox.runtime()?;
+    let constants = args.profile.constants()?;
     let spec = args.policies.policy_spec();
     let policies = args.policies.load(&runtime).with_context(|| format!("loading policy {spec}"))?;
     let mut simulated = Vec::new();
@@ -606,8 +611,9 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             Market::OnDemand => l.prices.on_demand_usd_per_hour,
         };
         let mut policy = policies.guarded();
+        let (recovery, _) = args.notice.recovery_for(&l.offer.trace, &constants)?;
         let result =
-            simulate_candidate(&l.profile, &series, interval_ms, l.prices, &mut policy, args.horizon)
+            simulate_candidate(&l.profile, &series, interval_ms, l.prices, &mut policy, args.horizon, recovery)
                 .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
         let t = &result.totals;
         let usd_per_hour = if t.hours > 0.0 { t.instance_hours * price / t.hours } else { 0.0 };
@@ -840,6 +846,7 @@ mod tests {
             simulate: 2,
             json: Some(json.clone()),
             sandbox: SandboxArgs { fuel: 10_000_000_000, deadline_ms: 5_000, memory_mib: 256 },
+            notice: NoticeArgs { notice_seconds: None },
         };
         run(&args).unwrap();
         let report: serde_json::Value =

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use parcae_policy_core::ParallelConfig;
 
-use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
+use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
 use crate::control::{ControlSettings, replay};
 
 /// Arguments of `parcae-host replay`.
@@ -37,6 +37,9 @@ pub struct ReplayArgs {
     /// Budgets of each policy call.
     #[command(flatten)]
     pub sandbox: SandboxArgs,
+    /// The preemption notice the policy plans with.
+    #[command(flatten)]
+    pub notice: NoticeArgs,
 }
 
 /// Runs `parcae-host replay`.
@@ -49,7 +52,9 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     let runtime = args.sandbox.runtime()?;
     let mut policy = args.policies.guarded(&runtime)?;
     let fleet_max = series.intervals.iter().map(|s| s.instances).max().unwrap_or(0);
-    let settings = ControlSettings { interval_ms, horizon: args.horizon, fleet_max };
+    let (recovery, notice) = args.notice.recovery_for(trace.source(), &args.profile.constants()?)?;
+    let settings = ControlSettings { interval_ms, horizon: args.horizon, fleet_max, recovery };
+    println!("preemption notice {} s ({})", notice.seconds, notice.source);
 
     println!(
         "replaying {} ({} intervals of {} s) for model {} with predictor {} and optimizer {}",

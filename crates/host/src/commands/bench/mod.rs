@@ -49,7 +49,7 @@ pub use table::{LEGEND, records, table};
 use score::baseline_units;
 use table::describe;
 
-use crate::args::{ProfileArgs, SandboxArgs, TraceInput};
+use crate::args::{NoticeArgs, ProfileArgs, SandboxArgs, TraceInput};
 use crate::policies::load_policy;
 use crate::record::{write_csv, write_json};
 
@@ -98,6 +98,9 @@ pub struct BenchArgs {
     #[command(flatten)]
     /// Budgets of each policy call.
     pub sandbox: SandboxArgs,
+    #[command(flatten)]
+    /// The preemption notice every row is scored under.
+    pub notice: NoticeArgs,
 }
 
 /// A file name for a trace's plot that no other trace of the run takes.
@@ -134,6 +137,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let interval_ms = args.input.interval_ms()?;
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let (profile, prices) = args.profile.load_with_prices()?;
+    let constants = args.profile.constants()?;
     let mut baselines = args.baselines.clone();
     baselines.sort();
     baselines.dedup();
@@ -166,8 +170,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     progress.suspend(|| println!("{LEGEND}\n"));
     for path in traces {
         let trace = args.input.load_or_demo(path.map(PathBuf::as_path))?;
-        let bench = bench_trace(&trace, &profile, &policies, &settings, &progress)?;
-        let mut text = format!("{}\n\n{}\n", describe(&bench, &profile.model), table(&bench));
+        let (recovery, notice) = args.notice.recovery_for(trace.source(), &constants)?;
+        let bench = bench_trace(&trace, &profile, &policies, &settings, recovery, &progress)?;
+        let mut text = format!(
+            "{}; preemption notice {} s ({})\n\n{}\n",
+            describe(&bench, &profile.model),
+            notice.seconds,
+            notice.source,
+            table(&bench)
+        );
         for note in &bench.notes {
             text.push_str(&format!("note: {note}\n"));
         }
@@ -196,6 +207,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::embedded::DEMO_TRACE;
+    use parcae_policy_core::Recovery;
     use parcae_sim::Peer;
     use std::path::Path;
 
@@ -212,7 +224,7 @@ mod tests {
             ..BenchSettings::new(60_000, 8, vec![Baseline::Ideal], prices)
         };
         // The example model has no published peer figures: rows skipped, said so.
-        let bench = bench_trace(&trace, &profile, &[], &settings, &ProgressBar::hidden()).unwrap();
+        let bench = bench_trace(&trace, &profile, &[], &settings, Recovery::UNANNOUNCED, &ProgressBar::hidden()).unwrap();
         let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["ideal", "on-demand"]);
         assert!(
@@ -229,7 +241,7 @@ mod tests {
         constants.varuna.models.insert("tiny-gpt".into(), varuna);
         constants.oobleck.models.insert("tiny-gpt".into(), oobleck);
         let settings = BenchSettings { peer_constants: Some(constants), ..settings };
-        let bench = bench_trace(&trace, &profile, &[], &settings, &ProgressBar::hidden()).unwrap();
+        let bench = bench_trace(&trace, &profile, &[], &settings, Recovery::UNANNOUNCED, &ProgressBar::hidden()).unwrap();
         let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["ideal", "bamboo", "varuna", "oobleck", "on-demand"]);
         for row in &bench.rows {

@@ -7,11 +7,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::ValueEnum;
 use indicatif::ProgressBar;
-use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_runtime::{GuardedPolicy, PolicyComponent};
+use parcae_sim::peers::BambooSpeed;
 use parcae_sim::{
-    ArtifactReplay, ArtifactStrategy, IssueReason, Peer, PeerConstants, PeerError, PeerSettings, Prices,
-    SimResult,
+    ArtifactReplay, ArtifactStrategy, IssueReason, MigrationMode, Peer, PeerConstants, PeerError, PeerSettings,
+    Prices, SimResult,
 };
 use parcae_traces::{IntervalSeries, Trace};
 use serde::Serialize;
@@ -203,7 +204,7 @@ impl PolicyEntry {
 /// Rows the baselines of `settings` produce per trace (sizes the progress bar).
 pub(super) fn baseline_units(settings: &BenchSettings) -> u64 {
     settings.baselines.iter().map(|b| if *b == Baseline::Artifact { 3 } else { 1 }).sum::<u64>()
-        + settings.peers.len() as u64
+        + settings.peers.iter().map(|&p| if p == Peer::Bamboo { 2 } else { 1 }).sum::<u64>()
 }
 
 /// Scores every baseline of `settings` and every policy on one trace.
@@ -212,6 +213,7 @@ pub fn bench_trace(
     profile: &ModelProfile,
     policies: &[PolicyEntry],
     settings: &BenchSettings,
+    recovery: Recovery,
     progress: &ProgressBar,
 ) -> anyhow::Result<TraceBench> {
     let name = trace.name();
@@ -219,10 +221,12 @@ pub fn bench_trace(
     let series = trace.series(interval_ms)?;
     let intervals = &series.intervals;
     let wants = |b: Baseline| settings.baselines.contains(&b);
-    let simulate = |decisions: &[Option<ParallelConfig>], what: &str| {
-        parcae_sim::simulate(profile, intervals, interval_ms, decisions, settings.prices)
+    // Every row is scored under the same recovery rules (the notice).
+    let simulate_as = |decisions: &[Option<ParallelConfig>], what: &str, mode: MigrationMode| {
+        parcae_sim::simulate_under(profile, intervals, interval_ms, decisions, settings.prices, mode, recovery)
             .with_context(|| format!("{name}: scoring {what}"))
     };
+    let simulate = |decisions: &[Option<ParallelConfig>], what: &str| simulate_as(decisions, what, MigrationMode::Live);
     let baseline_row = |name: &str, result: SimResult| Row {
         name: name.to_string(),
         spec: None,
@@ -248,7 +252,7 @@ pub fn bench_trace(
     let mut oracle_samples = None;
     if wants(Baseline::Oracle) {
         step("oracle");
-        let decisions = parcae_sim::oracle(profile, intervals, interval_ms)
+        let decisions = parcae_sim::oracle_under(profile, intervals, interval_ms, recovery)
             .with_context(|| format!("{name}: planning the oracle"))?;
         let result = simulate(&decisions, "the oracle")?;
         oracle_samples = Some(result.totals.samples);
@@ -258,7 +262,8 @@ pub fn bench_trace(
 
     if wants(Baseline::LiveputTruth) {
         step("liveput-truth");
-        let decisions = parcae_sim::liveput_truth(profile, intervals, interval_ms, settings.horizon as usize)
+        let decisions =
+            parcae_sim::liveput_truth_under(profile, intervals, interval_ms, settings.horizon as usize, recovery)
             .with_context(|| format!("{name}: planning liveput-truth"))?;
         rows.push(baseline_row("liveput-truth", simulate(&decisions, "liveput-truth")?));
         progress.inc(1);
@@ -274,15 +279,7 @@ pub fn bench_trace(
     if wants(Baseline::ReactiveRestart) {
         step("reactive-restart");
         let decisions = parcae_sim::reactive(profile, intervals);
-        let result = parcae_sim::simulate_with(
-            profile,
-            intervals,
-            interval_ms,
-            &decisions,
-            settings.prices,
-            parcae_sim::MigrationMode::RestartOnChange,
-        )
-        .with_context(|| format!("{name}: scoring reactive-restart"))?;
+        let result = simulate_as(&decisions, "reactive-restart", MigrationMode::RestartOnChange)?;
         rows.push(baseline_row("reactive-restart", result));
         progress.inc(1);
     }
@@ -328,33 +325,33 @@ pub fn bench_trace(
             settings.peer_constants.as_ref().context("peers asked for without their constants")?;
         let peer_settings =
             PeerSettings { interval_ms, prices: settings.prices, runs: settings.peer_runs.max(1), seed: 1 };
-        for &peer in &settings.peers {
-            step(peer.as_str());
-            let run = match peer {
-                Peer::Bamboo => parcae_sim::peers::bamboo(profile, intervals, constants, &peer_settings),
-                Peer::Varuna => parcae_sim::peers::varuna(profile, intervals, constants, &peer_settings),
-                Peer::Oobleck => parcae_sim::peers::oobleck(profile, intervals, constants, &peer_settings),
-                Peer::OnDemand => parcae_sim::peers::on_demand(profile, intervals, constants, &peer_settings),
-            };
+        // Each peer keeps only the recovery its paper describes, given the
+        // same notice. Bamboo's speed is contested between sources: the
+        // chosen derivation is its row, the other a `bamboo-slow` row.
+        let notice_ms = recovery.preemption_notice_ms.round() as u64;
+        let slow_bamboo = constants.with_bamboo_speed(BambooSpeed::OobleckArtifact);
+        let runs = settings.peers.iter().flat_map(|&peer| {
+            let variant = (peer == Peer::Bamboo).then_some(("bamboo-slow", &slow_bamboo));
+            std::iter::once((peer, peer.as_str(), constants)).chain(variant.map(|(n, c)| (peer, n, c)))
+        });
+        for (peer, row_name, peer_constants) in runs {
+            step(row_name);
+            let run = parcae_sim::peers::run(peer, profile, intervals, peer_constants, &peer_settings, notice_ms);
             progress.inc(1);
             match run {
                 Ok(run) => {
-                    notes.extend(run.notes.iter().cloned());
-                    rows.push(Row {
-                        kind: RowKind::Peer,
-                        peer: Some(peer),
-                        ..baseline_row(peer.as_str(), run.result)
-                    });
+                    notes.extend(run.notes.iter().map(|n| if row_name == peer.as_str() { n.clone() } else { format!("{row_name}: {n}") }));
+                    rows.push(Row { kind: RowKind::Peer, peer: Some(peer), ..baseline_row(row_name, run.result) });
                 }
                 // No published figures for this model: say so, skip the row.
                 Err(e @ PeerError::MissingModel { .. }) => notes.push(format!("{e}: row skipped")),
-                Err(e) => return Err(anyhow::Error::from(e).context(format!("{name}: simulating {peer}"))),
+                Err(e) => return Err(anyhow::Error::from(e).context(format!("{name}: simulating {row_name}"))),
             }
         }
     }
 
     let fleet_max = intervals.iter().map(|s| s.instances).max().unwrap_or(0);
-    let replay_settings = ControlSettings { interval_ms, horizon: settings.horizon, fleet_max };
+    let replay_settings = ControlSettings { interval_ms, horizon: settings.horizon, fleet_max, recovery };
     for policy in policies {
         let policy_name = policy.name();
         let mut guarded = policy.guarded();

@@ -318,10 +318,19 @@ fn decide(
         // No interval observed yet: nothing to plan for, so pause.
         return Decision { config: None, source: "-" };
     };
+    // The replayed cloud's notice (the grace period), in trace time, with the
+    // checkpoint write rate of the embedded cost constants.
+    let scale = settings.scale;
+    let notice_ms =
+        settings.grace.as_secs_f64() / scale.wall_interval.as_secs_f64() * scale.trace_interval_ms as f64;
+    let recovery = crate::embedded::constants_or_embedded(None)
+        .and_then(|c| c.recovery(notice_ms))
+        .unwrap_or(parcae_policy_core::Recovery::UNANNOUNCED);
     let control = ControlSettings {
-        interval_ms: settings.scale.trace_interval_ms,
+        interval_ms: scale.trace_interval_ms,
         horizon: settings.horizon,
         fleet_max: settings.fleet_max,
+        recovery,
     };
     let current = current.map(|l| ParallelConfig::new(l.data_parallel as u32, l.pipeline_stages as u32));
     let step = control::decide(policy, &control, &settings.profile, past, *now, current);
