@@ -758,8 +758,8 @@ mod tests {
         assert_eq!(writers, vec![(1, 0..4), (2, 4..8)]);
         assert_eq!(job.checkpoint_writers(8, &[3, 4]), None, "layers 4..8 have no eligible holder");
         // An older checkpoint never replaces a newer one.
-        let newer = Checkpoint { step: 9, dir: "/a".into(), stages: vec![0..8] };
-        let older = Checkpoint { step: 3, dir: "/b".into(), stages: vec![0..8] };
+        let newer = Checkpoint { step: 9, dir: "/a".into(), stages: vec![0..4, 4..8] };
+        let older = Checkpoint { step: 3, dir: "/b".into(), stages: vec![0..4, 4..8] };
         assert_eq!(job.checkpoint_completed(newer.clone()), None);
         assert_eq!(job.checkpoint_completed(older.clone()), Some(older));
         assert_eq!(job.checkpoint, Some(newer));
