@@ -40,7 +40,7 @@ from componentize_py_types import Err  # noqa: E402
 from wit_world.exports.optimizer import OptimizeRequest  # noqa: E402
 from wit_world.exports.predictor import PredictRequest  # noqa: E402
 from wit_world.imports import log  # noqa: E402
-from wit_world.imports.types import ConfigProfile, IntervalStats, ModelProfile, ParallelConfig  # noqa: E402
+from wit_world.imports.types import ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, Recovery  # noqa: E402
 
 LOGGED = []
 log.log = lambda level, message: LOGGED.append((level, message))  # stand-in for the host import
@@ -56,7 +56,7 @@ def profile(configs) -> ModelProfile:
 
 def request(instances_now, forecast, configs, interval_ms=60_000) -> OptimizeRequest:
     stats = [IntervalStats(n, 0, 0) for n in forecast]
-    return OptimizeRequest(stats, instances_now, None, interval_ms, profile(configs))
+    return OptimizeRequest(stats, instances_now, None, interval_ms, profile(configs), Recovery(120_000.0, 0.0))
 
 
 def chosen(plan):

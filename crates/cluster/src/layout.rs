@@ -7,6 +7,7 @@
 //! a different set of ranges.
 
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -58,7 +59,35 @@ pub enum LayoutError {
     Config { d: usize, p: usize, reason: String },
 }
 
+/// Why a model spec file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecFileError {
+    #[error("reading model spec {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not a model spec (line {line}, column {column}): {reason}")]
+    Parse { path: PathBuf, line: usize, column: usize, reason: String },
+    #[error("model spec {path}: {source}")]
+    Invalid { path: PathBuf, source: LayoutError },
+}
+
 impl ModelSpec {
+    /// The spec in a JSON file (the fields of this struct), validated; None: the
+    /// built-in default. The one loader host (`run --spec`) and worker
+    /// (`profile --spec`) share, so both accept and refuse the same files.
+    pub fn load(path: Option<&Path>) -> Result<ModelSpec, SpecFileError> {
+        let Some(path) = path else { return Ok(ModelSpec::default()) };
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| SpecFileError::Read { path: path.to_path_buf(), source })?;
+        let spec: ModelSpec = serde_json::from_str(&text).map_err(|e| SpecFileError::Parse {
+            path: path.to_path_buf(),
+            line: e.line(),
+            column: e.column(),
+            reason: e.to_string(),
+        })?;
+        spec.validate().map_err(|source| SpecFileError::Invalid { path: path.to_path_buf(), source })?;
+        Ok(spec)
+    }
+
     /// Checks the invariants the workers rely on.
     pub fn validate(&self) -> Result<(), LayoutError> {
         let fail = |field, reason: &str| Err(LayoutError::Spec { field, reason: reason.to_string() });
@@ -120,7 +149,13 @@ impl ModelSpec {
 
     /// Contiguous layer ranges for `p` stages, balancing parameters: each stage
     /// gets at least one layer, and the largest stage is as small as possible.
-    pub fn partition(&self, p: usize) -> Result<Vec<Range<usize>>, LayoutError> {
+    ///
+    /// This is the rule `run` trains with. It differs on purpose from
+    /// `parcae_profile::partition` (the Parcae artifact's layer-count rule, which the
+    /// cost model and `bench-migration` use so their byte counts match the paper's):
+    /// this model's embedding and head are far from the size of a block, so
+    /// counting layers would leave real stages badly unbalanced.
+    pub fn balanced_partition(&self, p: usize) -> Result<Vec<Range<usize>>, LayoutError> {
         let n = self.num_layers();
         if p == 0 || p > n {
             return Err(LayoutError::Config {
@@ -205,7 +240,7 @@ impl Layout {
                 ),
             });
         }
-        let stages = spec.partition(p).map_err(|e| match e {
+        let stages = spec.balanced_partition(p).map_err(|e| match e {
             LayoutError::Config { reason, .. } => LayoutError::Config { d, p, reason },
             other => other,
         })?;
@@ -245,7 +280,7 @@ mod tests {
     fn partitions_are_contiguous_cover_every_layer_and_balance() {
         let spec = ModelSpec::default();
         for p in 1..=spec.num_layers() {
-            let ranges = spec.partition(p).unwrap();
+            let ranges = spec.balanced_partition(p).unwrap();
             assert_eq!(ranges.len(), p);
             assert_eq!(ranges[0].start, 0);
             assert_eq!(ranges[p - 1].end, spec.num_layers());
@@ -255,10 +290,10 @@ mod tests {
             assert!(ranges.iter().all(|r| !r.is_empty()));
         }
         // Six equal blocks between two lighter ends: P=2 splits them 3/3 around the middle.
-        let two = spec.partition(2).unwrap();
+        let two = spec.balanced_partition(2).unwrap();
         assert_eq!(two, vec![0..4, 4..8]);
-        assert!(spec.partition(0).is_err());
-        assert!(spec.partition(spec.num_layers() + 1).is_err());
+        assert!(spec.balanced_partition(0).is_err());
+        assert!(spec.balanced_partition(spec.num_layers() + 1).is_err());
     }
 
     #[test]
@@ -270,6 +305,30 @@ mod tests {
             assert_eq!(covered, (0..spec.micro_batches()).collect::<Vec<_>>());
         }
         assert!(Layout::new(&spec, spec.micro_batches() + 1, 1).is_err());
+    }
+
+    #[test]
+    fn spec_files_load_or_say_which_file_and_why() {
+        let dir = std::env::temp_dir().join(format!("parcae-spec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(ModelSpec::load(None).unwrap(), ModelSpec::default());
+        let good = dir.join("good.json");
+        let spec = ModelSpec { n_blocks: 2, ..ModelSpec::default() };
+        std::fs::write(&good, serde_json::to_vec(&spec).unwrap()).unwrap();
+        assert_eq!(ModelSpec::load(Some(&good)).unwrap(), spec);
+        let invalid = dir.join("invalid.json");
+        let bad = ModelSpec { micro_batch: 3, ..ModelSpec::default() };
+        std::fs::write(&invalid, serde_json::to_vec(&bad).unwrap()).unwrap();
+        let e = ModelSpec::load(Some(&invalid)).unwrap_err().to_string();
+        assert!(e.contains("invalid.json") && e.contains("micro_batch"), "{e}");
+        let garbage = dir.join("garbage.json");
+        std::fs::write(&garbage, "{\n  \"vocab\": \"many\"\n}").unwrap();
+        let e = ModelSpec::load(Some(&garbage)).unwrap_err().to_string();
+        assert!(e.contains("garbage.json") && e.contains("line 2"), "{e}");
+        assert!(
+            ModelSpec::load(Some(&dir.join("missing.json"))).unwrap_err().to_string().contains("missing")
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

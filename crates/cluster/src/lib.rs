@@ -2,11 +2,14 @@
 //! libtorch or the network, so the host can plan without linking either.
 
 pub mod assignment;
+pub mod job;
 pub mod layout;
 pub mod migration;
 pub mod protocol;
+pub mod recovery;
 
-pub use layout::{Layout, LayoutError, ModelSpec, Slot};
+pub use layout::{Layout, LayoutError, ModelSpec, Slot, SpecFileError};
 pub use migration::{
-    Holding, MigrationKind, MigrationPlan, Source, Strategy, Transfer, WorkerId, plan_migration,
+    AssignmentStrategy, Holding, MigrationKind, MigrationPlan, Transfer, TransferSource, WorkerId,
+    plan_migration,
 };

@@ -31,7 +31,7 @@ pub struct Holding {
 
 /// Where a layer's state comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Source {
+pub enum TransferSource {
     Worker(WorkerId),
     /// The last checkpoint (at step 0 that is the seeded initial state).
     Checkpoint,
@@ -41,7 +41,7 @@ pub enum Source {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transfer {
     pub layer: usize,
-    pub from: Source,
+    pub from: TransferSource,
     pub to: WorkerId,
     pub bytes: u64,
 }
@@ -55,7 +55,7 @@ pub use parcae_policy_core::liveput::MigrationKind;
 
 /// How workers are matched to slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Strategy {
+pub enum AssignmentStrategy {
     /// Maximum bytes already in place (Kuhn-Munkres).
     KuhnMunkres,
     /// Slots in order to workers in order: the baseline the matching is measured against.
@@ -110,7 +110,7 @@ pub fn plan_migration(
     previous: Option<&Layout>,
     holdings: &[Holding],
     target: &Layout,
-    strategy: Strategy,
+    strategy: AssignmentStrategy,
 ) -> Result<MigrationPlan, MigrationError> {
     let layers = layer_bytes.len();
     let covers = target.stages.first().map(|r| r.start) == Some(0)
@@ -147,8 +147,8 @@ pub fn plan_migration(
 
     let columns: Vec<usize> = match strategy {
         _ if lost => candidates[..slots.len()].to_vec(),
-        Strategy::Naive => candidates[..slots.len()].to_vec(),
-        Strategy::KuhnMunkres => {
+        AssignmentStrategy::Naive => candidates[..slots.len()].to_vec(),
+        AssignmentStrategy::KuhnMunkres => {
             let weights: Vec<Vec<u64>> = slots
                 .iter()
                 .map(|&slot| {
@@ -177,7 +177,7 @@ pub fn plan_migration(
             }
             let bytes = layer_bytes[layer];
             let from = if lost {
-                Source::Checkpoint
+                TransferSource::Checkpoint
             } else {
                 // The least-loaded holder sends; ties go to the lowest id.
                 let sender = holdings
@@ -187,7 +187,7 @@ pub fn plan_migration(
                     .expect("a surviving holder exists when nothing is lost")
                     .worker;
                 *sent.entry(sender).or_default() += bytes;
-                Source::Worker(sender)
+                TransferSource::Worker(sender)
             };
             transfers.push(Transfer { layer, from, to: worker, bytes });
         }
@@ -207,9 +207,10 @@ pub fn plan_migration(
     } else {
         MigrationKind::None
     };
-    let bytes_moved = transfers.iter().filter(|t| matches!(t.from, Source::Worker(_))).map(|t| t.bytes).sum();
+    let bytes_moved =
+        transfers.iter().filter(|t| matches!(t.from, TransferSource::Worker(_))).map(|t| t.bytes).sum();
     let bytes_from_checkpoint =
-        transfers.iter().filter(|t| t.from == Source::Checkpoint).map(|t| t.bytes).sum();
+        transfers.iter().filter(|t| t.from == TransferSource::Checkpoint).map(|t| t.bytes).sum();
     Ok(MigrationPlan { kind, assignment, idle, transfers, bytes_moved, bytes_from_checkpoint })
 }
 
@@ -231,7 +232,8 @@ mod tests {
     fn unchanged_fleet_moves_nothing() {
         let target = layout(2, vec![0..2, 2..4]);
         let holdings = [h(1, 0..2), h(2, 2..4), h(3, 0..2), h(4, 2..4)];
-        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
         assert_eq!(plan.kind, MigrationKind::None);
         assert!(plan.transfers.is_empty());
         assert_eq!(plan.bytes_moved, 0);
@@ -242,10 +244,11 @@ mod tests {
         let target = layout(2, vec![0..2, 2..4]);
         // Worker 4 (stage 1 of replica 1) died; worker 5 joined.
         let holdings = [h(1, 0..2), h(2, 2..4), h(3, 0..2), h(5, 0..0)];
-        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
         assert_eq!(plan.kind, MigrationKind::InterStage);
         assert_eq!(plan.bytes_moved, 20);
-        assert!(plan.transfers.iter().all(|t| t.to == 5 && t.from == Source::Worker(2)));
+        assert!(plan.transfers.iter().all(|t| t.to == 5 && t.from == TransferSource::Worker(2)));
     }
 
     #[test]
@@ -253,8 +256,10 @@ mod tests {
         let target = layout(2, vec![0..2, 2..4]);
         // Listed so that slot order disagrees with what each worker holds.
         let holdings = [h(1, 2..4), h(2, 0..2), h(3, 2..4), h(4, 0..2)];
-        let km = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
-        let naive = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::Naive).unwrap();
+        let km = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
+        let naive =
+            plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::Naive).unwrap();
         assert_eq!(km.bytes_moved, 0);
         assert_eq!(km.kind, MigrationKind::None);
         assert_eq!(naive.bytes_moved, 80);
@@ -266,7 +271,8 @@ mod tests {
         let old = layout(1, vec![0..1, 1..2, 2..3, 3..4]);
         let target = layout(1, vec![0..2, 2..4]);
         let holdings = [h(1, 0..1), h(2, 1..2), h(3, 2..3), h(4, 3..4)];
-        let plan = plan_migration(&BYTES, Some(&old), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan =
+            plan_migration(&BYTES, Some(&old), &holdings, &target, AssignmentStrategy::KuhnMunkres).unwrap();
         assert_eq!(plan.kind, MigrationKind::Repartition);
         assert_eq!(plan.bytes_moved, 20);
         assert_eq!(plan.idle.len(), 2);
@@ -276,7 +282,8 @@ mod tests {
     fn losing_every_holder_of_a_layer_restarts_from_the_checkpoint() {
         let target = layout(1, vec![0..2, 2..4]);
         let holdings = [h(1, 0..2), h(7, 0..0)];
-        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
         assert_eq!(plan.kind, MigrationKind::Restart);
         assert_eq!(plan.bytes_from_checkpoint, 40);
         assert_eq!(plan.bytes_moved, 0);
@@ -287,11 +294,12 @@ mod tests {
         let target = layout(1, vec![0..2, 2..4]);
         let leaving = Holding { worker: 2, layers: 2..4, leaving: true };
         let holdings = [h(1, 0..2), leaving, h(3, 0..0)];
-        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
         assert_eq!(plan.kind, MigrationKind::InterStage);
         assert_eq!(plan.slot_of(2), None);
         assert_eq!(plan.slot_of(3), Some(Slot { replica: 0, stage: 1 }));
-        assert!(plan.transfers.iter().all(|t| t.from == Source::Worker(2) && t.to == 3));
+        assert!(plan.transfers.iter().all(|t| t.from == TransferSource::Worker(2) && t.to == 3));
         assert!(plan.idle.is_empty());
     }
 
@@ -301,7 +309,8 @@ mod tests {
         let target = layout(2, vec![0..2, 2..4]);
         // Replica 1 (workers 3 and 4) is gone; every stage keeps two holders.
         let holdings = [h(1, 0..2), h(2, 2..4), h(5, 0..2), h(6, 2..4)];
-        let plan = plan_migration(&BYTES, Some(&before), &holdings, &target, Strategy::KuhnMunkres).unwrap();
+        let plan = plan_migration(&BYTES, Some(&before), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
         assert_eq!(plan.kind, MigrationKind::IntraStage);
         assert!(plan.transfers.is_empty());
     }
@@ -311,17 +320,17 @@ mod tests {
         let target = layout(2, vec![0..2, 2..4]);
         let few = [h(1, 0..2)];
         assert!(matches!(
-            plan_migration(&BYTES, None, &few, &target, Strategy::KuhnMunkres),
+            plan_migration(&BYTES, None, &few, &target, AssignmentStrategy::KuhnMunkres),
             Err(MigrationError::TooFewWorkers { needed: 4, available: 1 })
         ));
         let dup = [h(1, 0..2), h(1, 2..4), h(2, 0..0), h(3, 0..0)];
         assert!(matches!(
-            plan_migration(&BYTES, None, &dup, &target, Strategy::KuhnMunkres),
+            plan_migration(&BYTES, None, &dup, &target, AssignmentStrategy::KuhnMunkres),
             Err(MigrationError::DuplicateWorker { worker: 1 })
         ));
         let gap = layout(1, vec![0..2, 3..4]);
         assert!(matches!(
-            plan_migration(&BYTES, None, &[h(1, 0..0), h(2, 0..0)], &gap, Strategy::KuhnMunkres),
+            plan_migration(&BYTES, None, &[h(1, 0..0), h(2, 0..0)], &gap, AssignmentStrategy::KuhnMunkres),
             Err(MigrationError::BadLayout { .. })
         ));
     }

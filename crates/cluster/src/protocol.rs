@@ -1,7 +1,8 @@
-//! Control messages between `parcae-host` and a worker.
+//! Control messages between `parcae-host` and a worker: the whole host-worker
+//! protocol, typed, in one place.
 //!
 //! Each worker keeps one bidirectional control stream to the host. The host
-//! sends a [`Command`] and waits for the matching [`Reply`]; it never has two
+//! sends a [`WorkerCommand`] and waits for the matching [`Reply`]; it never has two
 //! commands in flight to one worker, so the exchange needs no request ids. Every
 //! step is two-phase (compute, then commit or abort) so a peer that dies mid-step
 //! leaves every survivor at the last committed step.
@@ -42,7 +43,7 @@ pub struct Welcome {
 
 /// Where a peer in the current layout lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Peer {
+pub struct PeerAddress {
     pub worker: WorkerId,
     /// The name on its cluster certificate (what a TLS client checks).
     pub name: String,
@@ -61,9 +62,10 @@ pub enum Fetch {
     Fresh { layer: usize },
 }
 
-/// A layer the worker must send to a peer.
+/// A layer the worker must send to a peer (named apart from `std::marker::Send`,
+/// which a plain `Send` would shadow wherever it is imported).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Send {
+pub struct SendLayer {
     pub layer: usize,
     pub to: WorkerId,
     /// The receiver's certificate name.
@@ -71,24 +73,29 @@ pub struct Send {
     pub addr: SocketAddr,
 }
 
-/// What the host asks a worker to do.
+/// Everything a worker needs to move to a new configuration: send, fetch, then
+/// keep only `keep` and train from `step`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Command {
-    /// Move state for a new configuration: send, fetch, then keep only `keep`
-    /// and train from `step`. `epoch` numbers reconfigurations (transfer ids).
-    Reconfigure {
-        epoch: u64,
-        step: u64,
-        layout: Layout,
-        /// None: the worker is idle in this configuration (it holds nothing afterwards).
-        slot: Option<Slot>,
-        keep: Range<usize>,
-        sends: Vec<Send>,
-        fetches: Vec<Fetch>,
-        /// Every worker with a slot, so the pipeline and collective can find each other.
-        peers: Vec<Peer>,
-    },
-    /// Compute the gradients of `step` (parameters unchanged until [`Command::Commit`]).
+pub struct Reconfiguration {
+    /// Numbers reconfigurations (transfer ids, cancellation).
+    pub epoch: u64,
+    pub step: u64,
+    pub layout: Layout,
+    /// None: the worker is idle in this configuration (it holds nothing afterwards).
+    pub slot: Option<Slot>,
+    pub keep: Range<usize>,
+    pub sends: Vec<SendLayer>,
+    pub fetches: Vec<Fetch>,
+    /// Every worker with a slot, so the pipeline and collective can find each other.
+    pub peers: Vec<PeerAddress>,
+}
+
+/// What the host asks a worker to do (named apart from the host's CLI `Command`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WorkerCommand {
+    /// Move state for a new configuration.
+    Reconfigure(Reconfiguration),
+    /// Compute the gradients of `step` (parameters unchanged until [`WorkerCommand::Commit`]).
     /// `attempt` is unique per step command, so messages of an aborted attempt
     /// can never be mistaken for those of its retry.
     Step { step: u64, attempt: u64 },
@@ -97,15 +104,47 @@ pub enum Command {
     /// Discard the gradients of `step` (a peer failed).
     Abort { step: u64 },
     /// Write the held layers' state at the current step into `dir` (one
-    /// directory per stage, so writers never share a manifest).
+    /// directory per stage, so writers never share a manifest) before replying.
     Checkpoint { step: u64, dir: PathBuf },
+    /// Copy the held layers' state at the current step in memory and write it
+    /// into `dir` in the background (training goes on meanwhile); the worker
+    /// reports the finished write in a later [`Reply::Stepped`].
+    Snapshot { step: u64, dir: PathBuf },
     /// A preemption notice: the worker will be killed after `grace_ms`.
     Notice { grace_ms: u64 },
     /// Stop cleanly.
     Shutdown,
 }
 
-/// A worker's answer to one [`Command`].
+/// An urgent signal from the host, sent on its own control-kind uni stream
+/// (tag [`Cancel::STREAM_TAG`]) so it overtakes the command in flight: the
+/// cloud killed a participant, so give up that work at once instead of
+/// waiting for peer timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Cancel {
+    /// Give up step attempt N.
+    StepAttempt(u64),
+    /// Give up reconfiguration epoch N.
+    Epoch(u64),
+}
+
+impl Cancel {
+    /// Tag of the control-kind uni stream that carries one [`Cancel`].
+    pub const STREAM_TAG: u64 = 1;
+}
+
+/// The outcome of one background checkpoint write ([`WorkerCommand::Snapshot`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackgroundWrite {
+    pub step: u64,
+    pub dir: PathBuf,
+    /// Bytes written, or why the write failed.
+    pub result: Result<u64, String>,
+    /// Wall time of the write (it overlapped training).
+    pub millis: f64,
+}
+
+/// A worker's answer to one [`WorkerCommand`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     Reconfigured {
@@ -120,6 +159,8 @@ pub enum Reply {
         loss_sum: Option<f64>,
         micro_batches: usize,
         millis: f64,
+        /// Background checkpoint writes that finished since the last report.
+        written: Vec<BackgroundWrite>,
     },
     Committed {
         step: u64,
@@ -130,6 +171,11 @@ pub enum Reply {
     Checkpointed {
         step: u64,
         bytes: u64,
+    },
+    /// The snapshot is in memory; training may go on while it is written.
+    SnapshotTaken {
+        step: u64,
+        millis: f64,
     },
     Noted,
     Bye,

@@ -64,7 +64,10 @@ pub fn max_stages(layers: usize) -> usize {
 ///
 /// Layer counts only; parameter sizes do not move boundaries. The artifact
 /// applies the rule to every model, CNNs included (their first entry is the
-/// stem), and so do we.
+/// stem), and so do we. The workers of `parcae-host run` split their model with
+/// another rule, `parcae_cluster::ModelSpec::balanced_partition` (balanced by
+/// parameters, for a small model whose embedding and head weigh as much as
+/// blocks); this one stays the cost model's so its figures match the paper's.
 ///
 /// Example, 48 transformer layers + embedding (49 entries): pp=5 gives
 /// `[10, 10, 10, 10, 9]`, pp=7 gives `[8, 7, 7, 7, 7, 7, 6]`.

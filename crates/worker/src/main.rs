@@ -16,16 +16,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use parcae_cluster::protocol::{Command, Hello, PROTOCOL_VERSION, Reply, Welcome};
+use parcae_cluster::protocol::{Cancel, Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand};
 use parcae_net::{
     HOST_NAME, Identity, JoinToken, NetEndpoint, ServerMode, StreamHeader, StreamKind, TransportOptions,
 };
 use tracing::{info, warn};
 
-/// Tag of the host's control uni stream that cancels a step attempt (see parcae-host's cloud module).
-const ABORT_TAG: u64 = 1;
-/// Tag of the host's control uni stream that cancels a reconfiguration epoch.
-const ABORT_EPOCH_TAG: u64 = 2;
 use tracing_subscriber::EnvFilter;
 
 use node::driver::Driver;
@@ -65,12 +61,12 @@ struct Cli {
     threads: i32,
     /// Something else than serving (without one, the flags above start a worker).
     #[command(subcommand)]
-    command: Option<WorkerCommand>,
+    command: Option<Tool>,
 }
 
 /// What the binary can do besides serving as a worker.
 #[derive(Debug, Subcommand)]
-enum WorkerCommand {
+enum Tool {
     /// Measure step times and transfers on this machine, fit a performance model, write a profile
     /// that `parcae-host bench/run --profile` accept.
     Profile(ProfileArgs),
@@ -131,7 +127,7 @@ fn main() -> anyhow::Result<()> {
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)))
         .with_writer(std::io::stderr)
         .init();
-    if let Some(WorkerCommand::Profile(args)) = cli.command.take() {
+    if let Some(Tool::Profile(args)) = cli.command.take() {
         return profile(args);
     }
     let device = parse_device(&cli.device)?;
@@ -163,14 +159,7 @@ fn profile(args: ProfileArgs) -> anyhow::Result<()> {
         ProfileOptions, measure_process_start, render_table, run_profile, write_profile,
     };
     let device = parse_device(&args.device)?;
-    let spec = match &args.spec {
-        None => parcae_cluster::ModelSpec::default(),
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("{}: not a model spec", path.display()))?
-        }
-    };
+    let spec = parcae_cluster::ModelSpec::load(args.spec.as_deref())?;
     let mut opts = ProfileOptions::new(spec, device);
     opts.model_name = args.model_name;
     opts.steps = args.steps;
@@ -259,21 +248,19 @@ async fn serve(
         let (conn, mailbox) = (host_conn.clone(), mailbox.clone());
         tokio::spawn(async move {
             while let Ok(mut stream) = parcae_net::accept_stream(&conn).await {
-                let tag = stream.header.tag;
-                if stream.header.kind != StreamKind::Control || !(tag == ABORT_TAG || tag == ABORT_EPOCH_TAG)
-                {
+                if stream.header.kind != StreamKind::Control || stream.header.tag != Cancel::STREAM_TAG {
                     continue;
                 }
-                let mut generation = [0u8; 8];
-                if stream.recv.read_exact(&mut generation).await.is_ok() {
-                    let generation = u64::from_be_bytes(generation);
-                    if tag == ABORT_TAG {
-                        warn!(attempt = generation, "the host cancelled the step attempt in flight");
-                        mailbox.cancel_attempt(generation);
-                    } else {
-                        warn!(epoch = generation, "the host cancelled the reconfiguration in flight");
-                        mailbox.cancel_epoch(generation);
+                match parcae_net::recv_msg::<_, Cancel>(&mut stream.recv).await {
+                    Ok(Cancel::StepAttempt(attempt)) => {
+                        warn!(attempt, "the host cancelled the step attempt in flight");
+                        mailbox.cancel_attempt(attempt);
                     }
+                    Ok(Cancel::Epoch(epoch)) => {
+                        warn!(epoch, "the host cancelled the reconfiguration in flight");
+                        mailbox.cancel_epoch(epoch);
+                    }
+                    Err(e) => warn!(%e, "unreadable cancel message from the host; ignored"),
                 }
             }
         });
@@ -282,7 +269,7 @@ async fn serve(
     tokio::spawn(accept_peers(net.clone()));
     let peer_timeout = Duration::from_millis(welcome.peer_timeout_ms.max(1));
     let (commands_tx, commands_rx) =
-        std::sync::mpsc::channel::<(Command, tokio::sync::oneshot::Sender<Reply>)>();
+        std::sync::mpsc::channel::<(WorkerCommand, tokio::sync::oneshot::Sender<Reply>)>();
     let compute = {
         let (spec, net, rt) = (welcome.spec.clone(), net.clone(), rt.clone());
         std::thread::Builder::new().name("compute".into()).spawn(move || -> anyhow::Result<()> {
@@ -296,14 +283,14 @@ async fn serve(
 
     // 4. The control loop: one command at a time.
     loop {
-        let command: Command = match parcae_net::recv_msg(&mut recv).await {
+        let command: WorkerCommand = match parcae_net::recv_msg(&mut recv).await {
             Ok(command) => command,
             Err(e) => {
                 warn!(%e, "control stream closed; exiting");
                 break;
             }
         };
-        let shutdown = matches!(command, Command::Shutdown);
+        let shutdown = matches!(command, WorkerCommand::Shutdown);
         let (tx, rx) = tokio::sync::oneshot::channel();
         commands_tx.send((command, tx)).context("compute thread gone")?;
         let reply = rx.await.context("compute thread dropped a command")?;

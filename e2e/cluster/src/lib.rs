@@ -1,3 +1,114 @@
 //! End-to-end tests of `parcae-host run` with real worker processes live in
-//! `tests/`; this library is empty (the package exists to hold them apart from
-//! the sandbox tests, which must not need libtorch).
+//! `tests/` (apart from the sandbox tests, which must not need libtorch); this
+//! library holds what they share: building the binaries, the test profile,
+//! running the host, and comparing a run's final checkpoint with an
+//! uninterrupted run over the same samples.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use parcae_cluster::{Layout, ModelSpec, Slot};
+use parcae_worker::local::train_local;
+use parcae_worker::tch::Device;
+use parcae_worker::{StageTrainer, load_checkpoint};
+
+/// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// The host and worker binaries, brought up to date (`cargo test -p parcae-e2e-cluster`
+/// alone does not build other packages' binaries; when they are current this
+/// is a no-op).
+pub fn binaries() -> (PathBuf, PathBuf) {
+    let dir = target_dir();
+    let release = dir.file_name().is_some_and(|n| n == "release");
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo.args(["build", "--quiet", "-p", "parcae-host", "-p", "parcae-worker"]);
+    if release {
+        cargo.arg("--release");
+    }
+    let status = cargo.status().expect("running cargo build");
+    assert!(status.success(), "building parcae-host and parcae-worker failed");
+    (dir.join("parcae-host"), dir.join("parcae-worker"))
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("parcae-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating the scratch directory");
+    dir
+}
+
+/// Throughputs chosen so the throughput-optimal policy picks, for N workers:
+/// 2 -> (1,2), 3 -> (1,3), 4 or 5 -> (2,2), 6 -> (3,2).
+pub fn test_profile(dir: &Path) -> PathBuf {
+    let example = include_str!("../../../data/profiles/example-small.json");
+    let mut profile: serde_json::Value = serde_json::from_str(example).expect("example profile is JSON");
+    let model = &mut profile["models"]["tiny-gpt"];
+    let entry = |dp: u32, pp: u32, samples: f64| serde_json::json!({"dp": dp, "pp": pp, "iteration_ms": 32_000.0 / samples, "samples_per_s": samples});
+    model["throughput"] = serde_json::json!([
+        entry(1, 1, 10.0),
+        entry(2, 1, 15.0),
+        entry(1, 2, 18.0),
+        entry(1, 3, 25.0),
+        entry(2, 2, 30.0),
+        entry(3, 2, 40.0),
+    ]);
+    model["model_build_ms_by_pp"] = serde_json::json!({"1": 700, "2": 500, "3": 433});
+    let path = dir.join("profile.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&profile).expect("profile serialises"))
+        .expect("writing the test profile");
+    path
+}
+
+/// Runs `parcae-host run` with the reactive policy and the test profile on
+/// `trace`, plus `extra` arguments; returns its event log (`events.json`).
+pub fn run_host(dir: &Path, trace: &Path, extra: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let (host, worker) = binaries();
+    let profile = test_profile(dir);
+    let run_dir = dir.join("run");
+    let output = Command::new(&host)
+        .arg("run")
+        .args(["--worker-bin", worker.to_str().expect("utf-8 path")])
+        .args(["--trace", trace.to_str().expect("utf-8 path")])
+        .args(["--profile", profile.to_str().expect("utf-8 path")])
+        .args(["--policy", "builtin:reactive"])
+        .args(["--run-dir", run_dir.to_str().expect("utf-8 path")])
+        .args(extra)
+        .envs(env.iter().copied())
+        .output()
+        .expect("running parcae-host");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "parcae-host run failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    println!("{stdout}");
+    let log = std::fs::read(run_dir.join("events.json")).expect("reading events.json");
+    serde_json::from_slice(&log).expect("events.json is JSON")
+}
+
+/// Loads the run's last checkpoint (it must hold every layer at `steps`) and
+/// returns the largest parameter difference from one worker training the same
+/// samples uninterrupted for `steps` steps.
+pub fn max_diff_from_uninterrupted(summary: &serde_json::Value, steps: u64) -> f32 {
+    let spec = ModelSpec::default();
+    let root = PathBuf::from(summary["last_checkpoint"].as_str().expect("a final checkpoint"));
+    let mut saved = Vec::new();
+    for entry in
+        std::fs::read_dir(&root).expect("reading the checkpoint").flatten().filter(|e| e.path().is_dir())
+    {
+        let checkpoint = load_checkpoint(&entry.path(), Some(&spec)).expect("loading a checkpoint stage");
+        assert_eq!(checkpoint.step, steps);
+        saved.extend(checkpoint.layers);
+    }
+    saved.sort_by_key(|l| l.layer);
+    assert_eq!(saved.iter().map(|l| l.layer).collect::<Vec<_>>(), (0..spec.num_layers()).collect::<Vec<_>>());
+    let layout = Layout::new(&spec, 1, 1).expect("a (1,1) layout");
+    let trainer = StageTrainer::for_slot(spec.clone(), &layout, Slot { replica: 0, stage: 0 }, Device::Cpu)
+        .expect("a reference trainer");
+    let reference = train_local(&layout, vec![trainer], steps).expect("the uninterrupted run");
+    let expected = reference.trainers[0].export_all().expect("exporting the reference");
+    saved.iter().zip(&expected).map(|(a, b)| a.max_abs_diff(b)).fold(0.0f32, f32::max)
+}

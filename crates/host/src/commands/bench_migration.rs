@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use comfy_table::Table;
-use parcae_cluster::{Holding, Layout, MigrationKind, Strategy, WorkerId, plan_migration};
+use parcae_cluster::{AssignmentStrategy, Holding, Layout, MigrationKind, WorkerId, plan_migration};
 use parcae_policy_core::ParallelConfig;
 use parcae_profile::Profile;
 use parcae_traces::EventKind;
@@ -73,7 +73,7 @@ pub struct StrategyTotals {
 
 /// Replays `decisions` over the trace's fleet with one strategy.
 fn replay_strategy(
-    strategy: Strategy,
+    strategy: AssignmentStrategy,
     layer_bytes: &[u64],
     partitions: &BTreeMap<u32, Vec<Range<usize>>>,
     events_by_interval: &[Vec<(EventKind, String)>],
@@ -138,7 +138,7 @@ fn replay_strategy(
         totals.transfer_seconds += plan
             .transfers
             .iter()
-            .filter(|t| matches!(t.from, parcae_cluster::Source::Worker(_)))
+            .filter(|t| matches!(t.from, parcae_cluster::TransferSource::Worker(_)))
             .map(|t| profile.transfer_ms(t.bytes) / 1000.0)
             .sum::<f64>();
         for id in holdings.keys().copied().collect::<Vec<_>>() {
@@ -184,15 +184,21 @@ pub fn run(args: &MigrationBenchArgs) -> anyhow::Result<()> {
     }
 
     let km = replay_strategy(
-        Strategy::KuhnMunkres,
+        AssignmentStrategy::KuhnMunkres,
         &layer_bytes,
         &partitions,
         &events_by_interval,
         &configs,
         &raw,
     )?;
-    let naive =
-        replay_strategy(Strategy::Naive, &layer_bytes, &partitions, &events_by_interval, &configs, &raw)?;
+    let naive = replay_strategy(
+        AssignmentStrategy::Naive,
+        &layer_bytes,
+        &partitions,
+        &events_by_interval,
+        &configs,
+        &raw,
+    )?;
 
     println!(
         "{}: {} intervals, model {}, decisions of {}",
@@ -267,10 +273,18 @@ mod tests {
         ];
         let c = |d, p| Some(ParallelConfig::new(d, p));
         let configs = vec![c(2, 4), c(2, 4), c(3, 2), c(4, 2)];
-        let km = replay_strategy(Strategy::KuhnMunkres, &layer_bytes, &partitions, &events, &configs, &raw)
-            .unwrap();
+        let km = replay_strategy(
+            AssignmentStrategy::KuhnMunkres,
+            &layer_bytes,
+            &partitions,
+            &events,
+            &configs,
+            &raw,
+        )
+        .unwrap();
         let naive =
-            replay_strategy(Strategy::Naive, &layer_bytes, &partitions, &events, &configs, &raw).unwrap();
+            replay_strategy(AssignmentStrategy::Naive, &layer_bytes, &partitions, &events, &configs, &raw)
+                .unwrap();
         assert!(km.bytes_moved < naive.bytes_moved, "{} vs {}", km.bytes_moved, naive.bytes_moved);
         assert_eq!(km.reconfigurations, naive.reconfigurations);
         assert!(km.by_kind.contains_key("repartition"));

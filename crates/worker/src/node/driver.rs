@@ -1,12 +1,14 @@
 //! The compute side of a worker: owns the [`StageTrainer`] on its own thread
-//! and carries out the host's commands one at a time.
+//! and carries out the host's commands one at a time. Periodic checkpoints
+//! are written by background threads from an in-memory snapshot, so training
+//! goes on while they are written.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parcae_cluster::protocol::{Command, Fetch, Peer, Reply};
+use parcae_cluster::protocol::{BackgroundWrite, Fetch, PeerAddress, Reconfiguration, Reply, WorkerCommand};
 use parcae_cluster::{Layout, ModelSpec, Slot};
 use parcae_worker::tch::Device;
 use parcae_worker::{LayerState, StageTrainer, WorkerError, load_checkpoint, save_checkpoint};
@@ -21,7 +23,15 @@ use super::peers::PeerNet;
 struct Placement {
     layout: Layout,
     slot: Slot,
-    peers: Vec<Peer>,
+    peers: Vec<PeerAddress>,
+}
+
+/// A checkpoint being written from a snapshot.
+struct PendingWrite {
+    step: u64,
+    dir: std::path::PathBuf,
+    /// Bytes written and the write's wall time in ms.
+    thread: std::thread::JoinHandle<Result<(u64, f64), WorkerError>>,
 }
 
 /// Carries out commands against the trainer.
@@ -34,6 +44,8 @@ pub struct Driver {
     peer_timeout: Duration,
     /// The attempt whose gradients are pending, if any.
     pending_attempt: Option<u64>,
+    /// Background checkpoint writes not yet reported to the host.
+    writes: Vec<PendingWrite>,
 }
 
 impl Driver {
@@ -45,28 +57,44 @@ impl Driver {
         peer_timeout: Duration,
     ) -> Result<Self, WorkerError> {
         let trainer = StageTrainer::new(spec.clone(), device)?;
-        Ok(Driver { spec, trainer, placement: None, net, rt, peer_timeout, pending_attempt: None })
+        Ok(Driver {
+            spec,
+            trainer,
+            placement: None,
+            net,
+            rt,
+            peer_timeout,
+            pending_attempt: None,
+            writes: Vec::new(),
+        })
     }
 
     /// Runs one command; failures become [`Reply::Failed`] with the state left consistent.
-    pub fn handle(&mut self, command: Command) -> Reply {
+    pub fn handle(&mut self, command: WorkerCommand) -> Reply {
         let result = match command {
-            Command::Reconfigure { epoch, step, layout, slot, keep, sends, fetches, peers } => {
-                self.reconfigure(epoch, step, layout, slot, keep, sends, fetches, peers)
-            }
-            Command::Step { step, attempt } => self.step(step, attempt),
-            Command::Commit { step } => self.commit(step),
-            Command::Abort { step } => {
+            WorkerCommand::Reconfigure(reconfiguration) => self.reconfigure(reconfiguration),
+            WorkerCommand::Step { step, attempt } => self.step(step, attempt),
+            WorkerCommand::Commit { step } => self.commit(step),
+            WorkerCommand::Abort { step } => {
                 self.trainer.abort();
                 self.pending_attempt = None;
                 Ok(Reply::Aborted { step })
             }
-            Command::Checkpoint { step, dir } => self.checkpoint(step, &dir),
-            Command::Notice { grace_ms } => {
-                warn!(grace_ms, "preemption notice: the host will move my state before the kill");
+            WorkerCommand::Checkpoint { step, dir } => self.checkpoint(step, &dir),
+            WorkerCommand::Snapshot { step, dir } => self.snapshot(step, dir),
+            WorkerCommand::Notice { grace_ms } => {
+                warn!(grace_ms, "preemption notice: the host will move or save my state before the kill");
                 Ok(Reply::Noted)
             }
-            Command::Shutdown => Ok(Reply::Bye),
+            WorkerCommand::Shutdown => {
+                // Let background writes finish: a clean stop loses no checkpoint.
+                for write in std::mem::take(&mut self.writes) {
+                    if let Ok(Err(e)) = write.thread.join() {
+                        warn!(step = write.step, %e, "background checkpoint write failed");
+                    }
+                }
+                Ok(Reply::Bye)
+            }
         };
         result.unwrap_or_else(|e| {
             warn!(%e, "command failed");
@@ -74,18 +102,8 @@ impl Driver {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn reconfigure(
-        &mut self,
-        epoch: u64,
-        step: u64,
-        layout: Layout,
-        slot: Option<Slot>,
-        keep: std::ops::Range<usize>,
-        sends: Vec<parcae_cluster::protocol::Send>,
-        fetches: Vec<Fetch>,
-        peers: Vec<Peer>,
-    ) -> Result<Reply, WorkerError> {
+    fn reconfigure(&mut self, reconfiguration: Reconfiguration) -> Result<Reply, WorkerError> {
+        let Reconfiguration { epoch, step, layout, slot, keep, sends, fetches, peers } = reconfiguration;
         let started = Instant::now();
         if self.trainer.has_pending_step() {
             self.trainer.abort();
@@ -215,6 +233,7 @@ impl Driver {
             loss_sum: outcome.loss_sum,
             micro_batches: outcome.micro_batches,
             millis: started.elapsed().as_secs_f64() * 1000.0,
+            written: self.finished_writes(),
         })
     }
 
@@ -235,5 +254,44 @@ impl Driver {
         let bytes = layers.iter().map(|l| l.to_bytes().len() as u64).sum();
         save_checkpoint(dir, step, self.spec.seed, &layers)?;
         Ok(Reply::Checkpointed { step, bytes })
+    }
+
+    /// Copies the held state now and writes it on a background thread.
+    fn snapshot(&mut self, step: u64, dir: std::path::PathBuf) -> Result<Reply, WorkerError> {
+        let started = Instant::now();
+        if self.trainer.step() != step {
+            return Err(WorkerError::StepMismatch { expected: self.trainer.step(), found: step });
+        }
+        let layers = self.trainer.export_all()?;
+        let seed = self.spec.seed;
+        let target = dir.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("checkpoint-{step}"))
+            .spawn(move || -> Result<(u64, f64), WorkerError> {
+                let writing = Instant::now();
+                save_checkpoint(&target, step, seed, &layers)?;
+                let bytes = layers.iter().map(|l| l.to_bytes().len() as u64).sum();
+                Ok((bytes, writing.elapsed().as_secs_f64() * 1000.0))
+            })
+            .map_err(|e| WorkerError::Sequence(format!("starting the checkpoint writer: {e}")))?;
+        self.writes.push(PendingWrite { step, dir, thread });
+        Ok(Reply::SnapshotTaken { step, millis: started.elapsed().as_secs_f64() * 1000.0 })
+    }
+
+    /// Background writes that are done, for the host to complete its checkpoints.
+    fn finished_writes(&mut self) -> Vec<BackgroundWrite> {
+        let (done, running): (Vec<PendingWrite>, Vec<PendingWrite>) =
+            std::mem::take(&mut self.writes).into_iter().partition(|w| w.thread.is_finished());
+        self.writes = running;
+        done.into_iter()
+            .map(|w| {
+                let (result, millis) = match w.thread.join() {
+                    Ok(Ok((bytes, millis))) => (Ok(bytes), millis),
+                    Ok(Err(e)) => (Err(e.to_string()), 0.0),
+                    Err(_) => (Err("the checkpoint writer panicked".to_string()), 0.0),
+                };
+                BackgroundWrite { step: w.step, dir: w.dir, result, millis }
+            })
+            .collect()
     }
 }

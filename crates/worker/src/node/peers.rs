@@ -34,7 +34,7 @@ fn untag(tag: u64) -> (u64, u32) {
 
 /// Why a peer exchange failed.
 #[derive(Debug, thiserror::Error)]
-pub enum PeerError {
+pub enum PeerLinkError {
     #[error("connecting to {name} at {addr}: {reason}")]
     Connect { name: String, addr: SocketAddr, reason: String },
     #[error("sending to {addr}: {reason}")]
@@ -67,14 +67,14 @@ impl PeerNet {
     }
 
     /// The cached connection to `addr`, dialled if missing or closed.
-    pub async fn conn(&self, addr: SocketAddr, name: &str) -> Result<quinn::Connection, PeerError> {
+    pub async fn conn(&self, addr: SocketAddr, name: &str) -> Result<quinn::Connection, PeerLinkError> {
         let mut conns = self.conns.lock().await;
         if let Some(conn) = conns.get(&addr)
             && conn.close_reason().is_none()
         {
             return Ok(conn.clone());
         }
-        let conn = self.endpoint.connect(addr, name).await.map_err(|e| PeerError::Connect {
+        let conn = self.endpoint.connect(addr, name).await.map_err(|e| PeerLinkError::Connect {
             name: name.to_string(),
             addr,
             reason: e.to_string(),
@@ -93,9 +93,9 @@ impl PeerNet {
         kind: StreamKind,
         tag: u64,
         payload: &[u8],
-    ) -> Result<(), PeerError> {
+    ) -> Result<(), PeerLinkError> {
         let conn = self.conn(addr, name).await?;
-        let fail = |reason: String| PeerError::Send { addr, reason };
+        let fail = |reason: String| PeerLinkError::Send { addr, reason };
         let mut send = conn.open_uni().await.map_err(|e| fail(e.to_string()))?;
         StreamHeader::new(kind, tag).write(&mut send).await.map_err(|e| fail(e.to_string()))?;
         send.write_all(payload).await.map_err(|e| fail(e.to_string()))?;
@@ -111,11 +111,11 @@ impl PeerNet {
         epoch: u64,
         layer: usize,
         bytes: Vec<u8>,
-    ) -> Result<TransferStats, PeerError> {
+    ) -> Result<TransferStats, PeerLinkError> {
         let conn = self.conn(addr, name).await?;
         parcae_net::send_state(&conn, tag(epoch, layer), &bytes, &self.transfer)
             .await
-            .map_err(|e| PeerError::Send { addr, reason: e.to_string() })
+            .map_err(|e| PeerLinkError::Send { addr, reason: e.to_string() })
     }
 }
 

@@ -13,16 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parcae_cluster::WorkerId;
+use parcae_cluster::protocol::Cancel;
 use parcae_net::{StreamHeader, StreamKind};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::timeline::{FleetEvent, TimedEvent};
-
-/// Tag of the control-kind uni stream that cancels a step attempt.
-pub const ABORT_TAG: u64 = 1;
-/// Tag of the control-kind uni stream that cancels a reconfiguration epoch.
-pub const ABORT_EPOCH_TAG: u64 = 2;
 
 /// What the cloud did, for the host's loop to act on.
 #[derive(Debug, Clone)]
@@ -93,17 +89,21 @@ impl Shared {
             // An idle or leaving worker: nothing in flight depends on it.
             return Some(worker);
         }
+        let attempt = self.attempt.load(Ordering::SeqCst);
+        let epoch = self.epoch.load(Ordering::SeqCst);
         let cancels = [
-            (ABORT_TAG, self.attempt.load(Ordering::SeqCst)),
-            (ABORT_EPOCH_TAG, self.epoch.load(Ordering::SeqCst)),
+            (attempt > 0).then_some(Cancel::StepAttempt(attempt)),
+            (epoch > 0).then_some(Cancel::Epoch(epoch)),
         ];
-        for (tag, generation) in cancels.into_iter().filter(|(_, g)| *g > 0) {
+        for cancel in cancels.into_iter().flatten() {
             for conn in &others {
                 let conn = conn.clone();
                 tokio::spawn(async move {
                     if let Ok(mut send) = conn.open_uni().await {
-                        let _ = StreamHeader::new(StreamKind::Control, tag).write(&mut send).await;
-                        let _ = send.write_all(&generation.to_be_bytes()).await;
+                        let header = StreamHeader::new(StreamKind::Control, Cancel::STREAM_TAG);
+                        if header.write(&mut send).await.is_ok() {
+                            let _ = parcae_net::send_msg(&mut send, &cancel).await;
+                        }
                         let _ = send.finish();
                     }
                 });

@@ -8,7 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use parcae_cluster::protocol::{Command, Hello, PROTOCOL_VERSION, Reply, Welcome};
+use parcae_cluster::protocol::{Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand};
 use parcae_cluster::{ModelSpec, WorkerId};
 use std::sync::Arc;
 
@@ -47,7 +47,7 @@ pub struct ControlLink {
 }
 
 impl ControlLink {
-    async fn call(&mut self, command: &Command, timeout: Duration) -> Result<Reply, LinkError> {
+    async fn call(&mut self, command: &WorkerCommand, timeout: Duration) -> Result<Reply, LinkError> {
         let exchange = async {
             parcae_net::send_msg(&mut self.send, command)
                 .await
@@ -147,13 +147,15 @@ impl Fleet {
         Ok(id)
     }
 
-    /// The worker started for trace node `node`, alive or not.
-    pub fn worker_of_node(&self, node: &str) -> Option<WorkerId> {
+    /// The worker ever started for trace node `node`, alive or dead (a kill
+    /// report may arrive after the host already counted the worker lost).
+    pub fn worker_started_for(&self, node: &str) -> Option<WorkerId> {
         self.processes.iter().find(|(_, (_, n))| n == node).map(|(id, _)| *id)
     }
 
-    /// The worker running trace node `node`, if it is still alive.
-    pub fn worker_for_node(&self, node: &str) -> Option<WorkerId> {
+    /// The worker running trace node `node`, only while it is alive (a notice
+    /// for a dead one is meaningless).
+    pub fn live_worker_for(&self, node: &str) -> Option<WorkerId> {
         self.processes.iter().find(|(id, (_, n))| n == node && !self.dead.contains(id)).map(|(id, _)| *id)
     }
 
@@ -162,7 +164,7 @@ impl Fleet {
         if let Some(handle) = self.workers.get_mut(&id) {
             handle.leaving = true;
             let grace_ms = grace.as_millis() as u64;
-            if let Err(e) = handle.link.call(&Command::Notice { grace_ms }, timeout.min(grace)).await {
+            if let Err(e) = handle.link.call(&WorkerCommand::Notice { grace_ms }, timeout.min(grace)).await {
                 warn!(worker = id, %e, "notice not acknowledged");
             }
         }
@@ -295,7 +297,7 @@ impl Fleet {
     /// act on a step the host has given up on.
     pub async fn call_many(
         &mut self,
-        commands: BTreeMap<WorkerId, Command>,
+        commands: BTreeMap<WorkerId, WorkerCommand>,
         timeout: Duration,
     ) -> BTreeMap<WorkerId, Result<Reply, LinkError>> {
         let mut results: BTreeMap<WorkerId, Result<Reply, LinkError>> = BTreeMap::new();
@@ -325,7 +327,7 @@ impl Fleet {
 
     /// Asks every worker to stop, then makes sure the processes are gone.
     pub async fn shutdown(&mut self, timeout: Duration) {
-        let commands = self.workers.keys().map(|&id| (id, Command::Shutdown)).collect();
+        let commands = self.workers.keys().map(|&id| (id, WorkerCommand::Shutdown)).collect();
         let _ = self.call_many(commands, timeout).await;
         for (id, (child, _)) in self.processes.iter_mut() {
             match tokio::time::timeout(timeout, child.wait()).await {

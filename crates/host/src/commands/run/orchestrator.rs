@@ -2,32 +2,43 @@
 //! for a configuration each interval, migrate state at iteration boundaries and
 //! drive two-phase training steps across the workers.
 //!
+//! The rules live in `parcae_cluster::job` (which layout, which commands, commit
+//! or abort) and `parcae_cluster::recovery` (checkpoint cadence, what a notice
+//! calls for); this module only does the I/O around them.
+//!
 //! Consistency rule: every worker's parameters change only at `Commit`, and the
 //! host sends `Commit` only after every slot's worker finished computing the
 //! step. A worker that dies before that point makes the host abort the step on
-//! the others, so the survivors all sit at the last committed step and the next
-//! reconfiguration starts from a consistent state. A layer nobody holds any more
-//! forces a restart from the last checkpoint (or from the seed before the first).
+//! the others, so the survivors all sit at the last committed step.
+//!
+//! Recovery: a notice that would leave some layer without a holder either
+//! evacuates the state to workers that stay (when the transfer fits the notice)
+//! or writes an emergency checkpoint at the current step within the notice, so
+//! only an unannounced loss rolls work back (to the last periodic checkpoint,
+//! taken asynchronously at a Young/Daly cadence).
 
-use std::collections::BTreeMap;
-use std::ops::Range;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use parcae_cluster::migration::MigrationError;
-use parcae_cluster::protocol::{Command, Fetch, Peer, Reply, Send};
-use parcae_cluster::{
-    Holding, Layout, MigrationKind, ModelSpec, Slot, Source, Strategy, WorkerId, plan_migration,
+use parcae_cluster::job::{
+    Checkpoint, JobState, ReconfigureDecision, ReconfigureStats, StepReport, StepVerdict, WorkerContact,
+    effective_layout, settle_step,
 };
-use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, reactive::best_config_for};
+use parcae_cluster::protocol::{BackgroundWrite, Reply, WorkerCommand};
+use parcae_cluster::recovery::{
+    LossObservations, NoticeRecovery, checkpoint_interval_steps, notice_recovery,
+};
+use parcae_cluster::{AssignmentStrategy, Layout, ModelSpec, WorkerId};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 use parcae_runtime::GuardedPolicy;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::cloud::CloudNote;
 use super::fleet::{Arrival, Fleet};
-use super::report::{RunEvent, RunLog};
+use super::report::{CheckpointReason, RunEvent, RunLog};
 use super::timeline::TimeScale;
 use crate::control::{self, ControlSettings};
 use crate::record::PolicyHealth;
@@ -43,54 +54,14 @@ pub struct RunSettings {
     pub fleet_max: u32,
     /// Wall-clock notice before a preemption's kill.
     pub grace: Duration,
-    pub checkpoint_every: u64,
+    /// Periodic checkpoint every N committed steps (None: Young/Daly on the observed losses).
+    pub checkpoint_every: Option<u64>,
     pub checkpoint_root: PathBuf,
     /// Stop after this many committed steps (None: run the whole trace).
     pub max_steps: Option<u64>,
     /// How long a worker may take to answer one command before it counts as lost.
     pub command_timeout: Duration,
-    pub strategy: Strategy,
-}
-
-/// The last checkpoint every layer of which is on disk: one directory per
-/// stage of the layout it was taken in.
-#[derive(Debug, Clone)]
-struct Checkpoint {
-    step: u64,
-    dir: PathBuf,
-    stages: Vec<Range<usize>>,
-}
-
-impl Checkpoint {
-    fn stage_dir(root: &std::path::Path, stage: usize) -> PathBuf {
-        root.join(format!("stage-{stage:02}"))
-    }
-
-    /// The directory holding `layer`.
-    fn dir_of(&self, layer: usize) -> PathBuf {
-        let stage = self.stages.iter().position(|r| r.contains(&layer)).unwrap_or(0);
-        Self::stage_dir(&self.dir, stage)
-    }
-}
-
-/// The job as the host sees it.
-struct Job {
-    step: u64,
-    layout: Option<Layout>,
-    epoch: u64,
-    checkpoint: Option<Checkpoint>,
-    /// Layers each live worker holds at `step`.
-    holdings: BTreeMap<WorkerId, Range<usize>>,
-    /// Slot of each worker in `layout`.
-    slots: BTreeMap<WorkerId, Slot>,
-    /// What the policy asked for this interval (None: pause).
-    desired: Option<ParallelConfig>,
-    /// Set when something forces a new plan before the next step.
-    dirty: bool,
-    /// Step commands sent so far (each attempt gets its own number).
-    attempts: u64,
-    /// Whether training ever started (the first layout is a cold start, not a restart).
-    started: bool,
+    pub strategy: AssignmentStrategy,
 }
 
 /// Why the loop stopped early.
@@ -98,6 +69,57 @@ struct Job {
 pub enum RunError {
     #[error("reconfiguration failed {attempts} times in a row; last error: {last}")]
     ReconfigureExhausted { attempts: u32, last: String },
+}
+
+/// A periodic checkpoint whose stages are still being written in the background.
+struct PendingCheckpoint {
+    checkpoint: Checkpoint,
+    /// Writers that have not reported their stage yet.
+    waiting: BTreeSet<WorkerId>,
+    bytes: u64,
+    /// Wall time training waited for the snapshots.
+    blocking_millis: f64,
+    write_millis: f64,
+}
+
+/// What the loop knows about losses and checkpoints, beyond the job's state.
+struct Recovery {
+    /// Workers that got a notice, and when the cloud will kill them.
+    deadlines: BTreeMap<WorkerId, Instant>,
+    /// Workers lost without notice.
+    unannounced: BTreeSet<WorkerId>,
+    /// Aggregate peer-to-peer transfer rate seen in migrations, bytes/s.
+    transfer_rate: Option<f64>,
+    pending: Option<PendingCheckpoint>,
+    /// Step of the last periodic checkpoint started (complete or not).
+    last_periodic_step: u64,
+    /// Periodic checkpoint waits and step times so far, for the cadence.
+    checkpoint_waits: Vec<Duration>,
+    step_times: Vec<Duration>,
+    cadence: u64,
+}
+
+impl Recovery {
+    fn observations(&self, elapsed: Duration) -> LossObservations {
+        let mean = |v: &[Duration]| (!v.is_empty()).then(|| v.iter().sum::<Duration>() / v.len() as u32);
+        LossObservations {
+            elapsed,
+            unannounced_losses: self.unannounced.len() as u32,
+            checkpoint_cost: mean(&self.checkpoint_waits),
+            // The last 20 steps: the layout changes what a step costs.
+            step_time: mean(&self.step_times[self.step_times.len().saturating_sub(20)..]),
+        }
+    }
+
+    /// A holder went without notice.
+    fn lost_without_notice(&mut self, id: WorkerId, job: &mut JobState) {
+        if !self.deadlines.contains_key(&id)
+            && self.unannounced.insert(id)
+            && job.holdings.get(&id).is_some_and(|r| !r.is_empty())
+        {
+            job.unannounced_loss = true;
+        }
+    }
 }
 
 /// Runs the job to the end of the trace (or `max_steps`) and returns the log.
@@ -112,20 +134,21 @@ pub async fn run_job(
 ) -> anyhow::Result<()> {
     let layer_bytes: Vec<u64> =
         (0..settings.spec.num_layers()).map(|l| settings.spec.layer_state_bytes(l)).collect();
-    let mut job = Job {
-        step: 0,
-        layout: None,
-        epoch: 0,
-        checkpoint: None,
-        // Workers that joined before the loop (remote mode) hold nothing yet.
-        holdings: fleet.connected().into_iter().map(|id| (id, 0..0)).collect(),
-        slots: BTreeMap::new(),
-        desired: None,
-        dirty: true,
-        attempts: 0,
-        started: false,
+    // Workers that joined before the loop (remote mode) hold nothing yet.
+    let mut job = JobState::new(fleet.connected());
+    let cadence = checkpoint_interval_steps(settings.checkpoint_every, &LossObservations::default());
+    let mut recovery = Recovery {
+        deadlines: BTreeMap::new(),
+        unannounced: BTreeSet::new(),
+        transfer_rate: None,
+        pending: None,
+        last_periodic_step: 0,
+        checkpoint_waits: Vec::new(),
+        step_times: Vec::new(),
+        cadence,
     };
     log.start(start);
+    log.event(RunEvent::Cadence { every_steps: cadence, unannounced_losses: 0 });
     let mut history: Vec<IntervalStats> = Vec::new();
     let mut interval_counts = IntervalStats::default();
     let mut next_interval = 0usize;
@@ -145,13 +168,14 @@ pub async fn run_job(
                     log.event(RunEvent::Allocated { worker: id, node });
                 }
                 CloudNote::Notice { node } => {
-                    let Some(id) = fleet.worker_for_node(&node) else {
+                    let Some(id) = fleet.live_worker_for(&node) else {
                         warn!(%node, "notice for an instance that is not running; ignored");
                         continue;
                     };
                     interval_counts.preemptions += 1;
                     fleet_changed = true;
                     job.dirty = true;
+                    recovery.deadlines.insert(id, Instant::now() + settings.grace);
                     fleet.notice(id, settings.grace, settings.command_timeout).await;
                     log.event(RunEvent::Notice {
                         worker: id,
@@ -160,9 +184,10 @@ pub async fn run_job(
                     });
                 }
                 CloudNote::Killed { node, announced } => {
-                    let Some(id) = fleet.worker_of_node(&node) else { continue };
+                    let Some(id) = fleet.worker_started_for(&node) else { continue };
                     if !announced {
                         interval_counts.preemptions += 1;
+                        recovery.lost_without_notice(id, &mut job);
                     }
                     fleet_changed = true;
                     job.dirty = true;
@@ -171,8 +196,8 @@ pub async fn run_job(
                 }
             }
         }
+        // 2. Workers that connected.
         let mut joined = Vec::new();
-        // 3. Workers that connected.
         while let Ok(arrival) = arrivals.try_recv() {
             if let Some(id) = fleet.admit(arrival, &settings.spec, settings.command_timeout).await {
                 joined.push(id);
@@ -180,20 +205,28 @@ pub async fn run_job(
         }
         for id in joined {
             log.event(RunEvent::Joined { worker: id });
-            job.holdings.insert(id, 0..0);
+            job.joined(id);
             interval_counts.arrivals += 1;
             fleet_changed = true;
         }
-        // 4. Workers whose process or connection died.
+        // 3. Workers whose process or connection died.
         for id in fleet.reap_dead() {
+            recovery.lost_without_notice(id, &mut job);
             log.event(RunEvent::Lost { worker: id });
             job.dirty = true;
             fleet_changed = true;
         }
-        job.holdings.retain(|id, _| fleet.is_alive(*id));
-        job.slots.retain(|id, _| fleet.is_alive(*id));
+        job.retain_alive(|id| fleet.is_alive(id));
+        if recovery.pending.as_ref().is_some_and(|p| p.waiting.iter().any(|id| !fleet.is_alive(*id))) {
+            // A writer died mid-write: that checkpoint can never be completed.
+            if let Some(p) = recovery.pending.take() {
+                warn!(step = p.checkpoint.step, "a checkpoint writer was lost; the checkpoint is dropped");
+                let _ = std::fs::remove_dir_all(&p.checkpoint.dir);
+            }
+        }
+        update_cadence(settings, &mut recovery, start.elapsed(), log);
 
-        // 5. An interval boundary: observe, forecast, plan. Between boundaries a
+        // 4. An interval boundary: observe, forecast, plan. Between boundaries a
         //    change of the fleet (a join, a notice, a loss) re-plans the interval
         //    with what is known now, once every started worker has joined.
         let boundary = now >= settings.scale.wall_interval * next_interval as u32;
@@ -234,9 +267,10 @@ pub async fn run_job(
             break;
         }
 
-        // 6. Reconfigure at this iteration boundary if anything changed.
+        // 5. Reconfigure at this iteration boundary if anything changed.
         if job.dirty {
-            match reconfigure(settings, fleet, &mut job, &layer_bytes, log).await {
+            save_stranded_state(settings, fleet, &mut job, &mut recovery, &layer_bytes, log).await;
+            match reconfigure(settings, fleet, &mut job, &mut recovery, &layer_bytes, log).await {
                 Ok(()) => failures_in_a_row = 0,
                 Err(error) => {
                     failures_in_a_row += 1;
@@ -256,18 +290,27 @@ pub async fn run_job(
             }
         }
 
-        // 7. One training step, or wait for something to happen.
+        // 6. One training step, or wait for something to happen.
         match job.layout.clone() {
             Some(layout) => {
-                if let Err(error) = train_step(settings, fleet, &mut job, &layout, log).await {
-                    warn!(%error, step = job.step, "step failed; aborted on the survivors");
-                    job.dirty = true;
+                match train_step(settings, fleet, &mut job, &layout, log).await {
+                    Ok((millis, written)) => {
+                        recovery.step_times.push(Duration::from_secs_f64(millis / 1000.0));
+                        record_writes(settings, &mut job, &mut recovery, written, log)?;
+                    }
+                    Err(error) => {
+                        warn!(%error, step = job.step, "step failed; aborted on the survivors");
+                        job.dirty = true;
+                    }
                 }
-                let due = job.step > 0
-                    && job.step.is_multiple_of(settings.checkpoint_every)
+                let due = job.step >= recovery.last_periodic_step + recovery.cadence
+                    && recovery.pending.is_none()
                     && job.checkpoint.as_ref().is_none_or(|c| c.step < job.step);
-                if due && let Err(error) = checkpoint(settings, fleet, &mut job, &layout, log).await {
-                    warn!(%error, "checkpoint failed; the previous one stays current");
+                if due
+                    && let Err(error) =
+                        start_periodic_checkpoint(settings, fleet, &mut job, &mut recovery).await
+                {
+                    warn!(%error, "periodic checkpoint failed; the previous one stays current");
                     job.dirty = true;
                 }
             }
@@ -279,7 +322,7 @@ pub async fn run_job(
                             && let Some(id) = fleet.admit(arrival, &settings.spec, settings.command_timeout).await
                         {
                             log.event(RunEvent::Joined { worker: id });
-                            job.holdings.insert(id, 0..0);
+                            job.joined(id);
                             interval_counts.arrivals += 1;
                             fleet_changed = true;
                         }
@@ -291,15 +334,38 @@ pub async fn run_job(
     }
 
     // A final checkpoint so the result is on disk, then a clean shutdown.
-    if let Some(layout) = job.layout.clone()
-        && job.checkpoint.as_ref().is_none_or(|c| c.step < job.step)
-        && let Err(error) = checkpoint(settings, fleet, &mut job, &layout, log).await
-    {
-        warn!(%error, "final checkpoint failed");
+    if job.layout.is_some() && job.checkpoint.as_ref().is_none_or(|c| c.step < job.step) {
+        let writers: Vec<WorkerId> = job.slots.keys().copied().collect();
+        if let Err(error) = write_checkpoint(
+            settings,
+            fleet,
+            &mut job,
+            &writers,
+            CheckpointReason::Final,
+            settings.command_timeout,
+            log,
+        )
+        .await
+        {
+            warn!(%error, "final checkpoint failed");
+        }
     }
     let health = PolicyHealth::new(&policy.predictor_counts(), &policy.optimizer_counts());
     log.finish(job.step, job.checkpoint.as_ref().map(|c| c.dir.clone()), Some(health));
     Ok(())
+}
+
+/// Re-derives the periodic cadence from what was observed; logs a change.
+fn update_cadence(settings: &RunSettings, recovery: &mut Recovery, elapsed: Duration, log: &mut RunLog) {
+    let every = checkpoint_interval_steps(settings.checkpoint_every, &recovery.observations(elapsed));
+    if every != recovery.cadence {
+        recovery.cadence = every;
+        info!(every_steps = every, "periodic checkpoint cadence changed");
+        log.event(RunEvent::Cadence {
+            every_steps: every,
+            unannounced_losses: recovery.unannounced.len() as u32,
+        });
+    }
 }
 
 struct Decision {
@@ -337,212 +403,146 @@ fn decide(
     Decision { config: step.config, source: step.optimizer }
 }
 
-/// The layout to run now: the policy's wish if the workers that stay can hold
-/// it, else the best profiled layout that fits them (None: pause).
-fn effective_layout(
+/// Before a notice strands state (some layer held only by leaving workers),
+/// decide how it survives: evacuation by the coming reconfiguration, or an
+/// emergency checkpoint at the current step written within the notice.
+async fn save_stranded_state(
     settings: &RunSettings,
-    desired: Option<ParallelConfig>,
-    available: usize,
-) -> Option<Layout> {
-    let fits = |c: ParallelConfig| {
-        c.instances() <= available as u64
-            && Layout::new(&settings.spec, c.data_parallel as usize, c.pipeline_stages as usize).is_ok()
+    fleet: &mut Fleet,
+    job: &mut JobState,
+    recovery: &mut Recovery,
+    layer_bytes: &[u64],
+    log: &mut RunLog,
+) {
+    let staying = fleet.available();
+    let stranded = job.stranded_layers(settings.spec.num_layers(), &staying);
+    let saved = job.checkpoint.as_ref().is_some_and(|c| c.step == job.step);
+    if stranded.is_empty() || !job.holds_state() || saved {
+        return;
+    }
+    let connected = fleet.connected();
+    let now = Instant::now();
+    let time_left = connected
+        .iter()
+        .filter_map(|id| recovery.deadlines.get(id))
+        .map(|deadline| deadline.saturating_duration_since(now))
+        .min()
+        .unwrap_or(settings.grace);
+    let bytes: u64 = stranded.iter().map(|&l| layer_bytes[l]).sum();
+    // Parking needs one staying worker per stage it keeps; a layout needs them all.
+    let can_take = effective_layout(&settings.spec, &settings.profile, job.desired, staying.len()).is_some()
+        || !staying.is_empty();
+    let staying_count = if can_take { staying.len() } else { 0 };
+    if notice_recovery(bytes, staying_count, recovery.transfer_rate, time_left) == NoticeRecovery::Evacuate {
+        return;
+    }
+    let Some(writers) = job.checkpoint_writers(settings.spec.num_layers(), &connected) else {
+        warn!(?stranded, "state already lost (no holder left for some layer): no emergency checkpoint");
+        return;
     };
-    let config = match desired {
-        Some(c) if fits(c) => Some(c),
-        Some(_) => {
-            // The fleet shrank since the decision: the best layout the profile knows that fits.
-            let mut fitting = settings.profile.clone();
-            fitting.configs.retain(|c| fits(c.config));
-            best_config_for(&fitting, available as u32).map(|c| c.config)
-        }
-        None => None,
-    }?;
-    Layout::new(&settings.spec, config.data_parallel as usize, config.pipeline_stages as usize).ok()
+    let writers: Vec<WorkerId> = writers.into_iter().map(|(id, _)| id).collect();
+    info!(step = job.step, bytes, ?time_left, "emergency checkpoint within the notice");
+    let timeout = time_left.min(settings.command_timeout);
+    if let Err(error) =
+        write_checkpoint(settings, fleet, job, &writers, CheckpointReason::Emergency, timeout, log).await
+    {
+        warn!(%error, "emergency checkpoint failed; the last complete one stays current");
+        log.event(RunEvent::Failure { what: format!("emergency checkpoint: {error:#}") });
+    }
 }
 
 /// Plans and executes the move to the layout the job should run now.
 async fn reconfigure(
     settings: &RunSettings,
     fleet: &mut Fleet,
-    job: &mut Job,
+    job: &mut JobState,
+    recovery: &mut Recovery,
     layer_bytes: &[u64],
     log: &mut RunLog,
 ) -> anyhow::Result<()> {
     let staying = fleet.available();
-    let target = effective_layout(settings, job.desired, staying.len());
-    let current_ok = job.layout.is_some()
-        && job.layout == target
-        && job.slots.len() == target.as_ref().map_or(0, Layout::workers)
-        && job.slots.keys().all(|id| staying.contains(id));
-    if current_ok {
-        job.dirty = false;
-        return Ok(());
-    }
-    // A pause trains nothing, but state that only leaving workers hold must
-    // still move to workers that stay ("parking" it in a one-replica layout),
-    // or the job would have to restart from the checkpoint later.
-    let stranded = (0..settings.spec.num_layers())
-        .any(|l| !staying.iter().any(|id| job.holdings.get(id).is_some_and(|r| r.contains(&l))));
-    let parking =
-        target.is_none() && stranded && !staying.is_empty() && job.holdings.values().any(|r| !r.is_empty());
-    let target = match target {
-        Some(target) => target,
-        None if parking => {
-            let p = job.layout.as_ref().map_or(1, |l| l.pipeline_stages).clamp(1, staying.len());
-            Layout::new(&settings.spec, 1, p)?
-        }
-        None => {
-            if job.layout.is_some() {
-                log.event(RunEvent::Paused { step: job.step, available: staying.len() });
-            }
-            job.layout = None;
-            job.slots.clear();
+    let connected = fleet.connected();
+    let target = effective_layout(&settings.spec, &settings.profile, job.desired, staying.len());
+    let contacts: BTreeMap<WorkerId, WorkerContact> = connected
+        .iter()
+        .filter_map(|&id| {
+            Some((id, WorkerContact { name: fleet.peer_name(id)?, addr: fleet.peer_addr(id)? }))
+        })
+        .collect();
+    let plan = match job.plan_reconfiguration(
+        &settings.spec,
+        layer_bytes,
+        target,
+        &connected,
+        &staying,
+        &contacts,
+        settings.strategy,
+    )? {
+        ReconfigureDecision::Keep => {
             job.dirty = false;
             return Ok(());
         }
+        ReconfigureDecision::Pause => {
+            if job.pause() {
+                log.event(RunEvent::Paused { step: job.step, available: staying.len() });
+            }
+            return Ok(());
+        }
+        ReconfigureDecision::Execute(plan) => plan,
     };
-    let holdings: Vec<Holding> = fleet
-        .connected()
-        .into_iter()
-        .map(|id| Holding {
-            worker: id,
-            layers: job.holdings.get(&id).cloned().unwrap_or(0..0),
-            leaving: !staying.contains(&id),
-        })
-        .collect();
-    let plan = plan_migration(layer_bytes, job.layout.as_ref(), &holdings, &target, settings.strategy)
-        .map_err(|e: MigrationError| anyhow::anyhow!(e))?;
     let started = Instant::now();
-    let step = if plan.kind == MigrationKind::Restart {
-        job.checkpoint.as_ref().map_or(0, |c| c.step)
-    } else {
-        job.step
-    };
-    job.epoch += 1;
-    let epoch = job.epoch;
-    let peers: Vec<Peer> = plan
-        .assignment
-        .iter()
-        .map(|&(slot, worker)| Peer {
-            worker,
-            name: fleet.peer_name(worker).expect("planned worker is connected"),
-            slot,
-            addr: fleet.peer_addr(worker).expect("planned worker is connected"),
-        })
-        .collect();
-    let mut commands: BTreeMap<WorkerId, Command> = BTreeMap::new();
-    for holding in &holdings {
-        let id = holding.worker;
-        let slot = plan.slot_of(id);
-        let keep = slot.map_or(0..0, |s| target.layers(s));
-        let sends: Vec<Send> = plan
-            .transfers
-            .iter()
-            .filter(|t| t.from == Source::Worker(id))
-            .map(|t| Send {
-                layer: t.layer,
-                to: t.to,
-                name: fleet.peer_name(t.to).expect("receiver is connected"),
-                addr: fleet.peer_addr(t.to).expect("receiver is connected"),
-            })
-            .collect();
-        let fetches: Vec<Fetch> = plan
-            .transfers
-            .iter()
-            .filter(|t| t.to == id)
-            .map(|t| match (t.from, &job.checkpoint) {
-                (Source::Worker(from), _) => Fetch::FromPeer { layer: t.layer, from },
-                (Source::Checkpoint, Some(c)) => {
-                    Fetch::FromCheckpoint { layer: t.layer, dir: c.dir_of(t.layer) }
-                }
-                (Source::Checkpoint, None) => Fetch::Fresh { layer: t.layer },
-            })
-            .collect();
-        commands.insert(
-            id,
-            Command::Reconfigure {
-                epoch,
-                step,
-                layout: target.clone(),
-                slot,
-                keep,
-                sends,
-                fetches,
-                peers: peers.clone(),
-            },
-        );
-    }
-    fleet.shared.set_epoch(epoch, commands.keys().copied());
+    let commands: BTreeMap<WorkerId, WorkerCommand> =
+        plan.commands.iter().map(|(&id, c)| (id, WorkerCommand::Reconfigure(c.clone()))).collect();
+    fleet.shared.set_epoch(plan.epoch, commands.keys().copied());
     let replies = fleet.call_many(commands, settings.command_timeout).await;
     fleet.shared.set_epoch(0, []);
-    let mut failed = Vec::new();
-    let (mut sent, mut resent) = (0u64, 0u64);
-    for (id, reply) in &replies {
-        match reply {
-            Ok(Reply::Reconfigured { bytes_sent, resent_chunks, .. }) => {
-                sent += bytes_sent;
-                resent += resent_chunks;
-            }
-            Ok(other) => failed.push(format!("worker {id}: {}", describe(other))),
-            Err(e) => failed.push(format!("worker {id}: {e}")),
-        }
-    }
-    // Workers that finished hold their new layers; the others kept their old
-    // state (a worker swaps state in only when every fetch arrived).
-    for (id, reply) in &replies {
-        if matches!(reply, Ok(Reply::Reconfigured { .. })) {
-            let keep = plan.slot_of(*id).map_or(0..0, |s| target.layers(s));
-            job.holdings.insert(*id, keep);
-        }
-    }
-    if !failed.is_empty() {
-        // Nobody trains on a half-applied plan.
-        job.layout = None;
-        job.slots.clear();
-        if plan.kind == MigrationKind::Restart {
-            // Survivors that did reload are at the checkpoint step; the rest would be ahead.
-            job.holdings.clear();
-        }
-        anyhow::bail!("{}", failed.join("; "));
-    }
+    let outcomes = replies
+        .into_iter()
+        .map(|(id, reply)| {
+            let outcome = match reply {
+                Ok(Reply::Reconfigured { bytes_sent, resent_chunks, .. }) => {
+                    Ok(ReconfigureStats { bytes_sent, resent_chunks })
+                }
+                Ok(other) => Err(describe(&other)),
+                Err(e) => Err(e.to_string()),
+            };
+            (id, outcome)
+        })
+        .collect();
+    let outcome = job.settle_reconfiguration(&plan, &outcomes)?;
     let millis = started.elapsed().as_secs_f64() * 1000.0;
-    let rolled_back_steps = job.step - step;
-    job.step = step;
-    if parking {
-        job.slots.clear();
-        job.layout = None;
-    } else {
-        job.slots = plan.assignment.iter().map(|&(slot, id)| (id, slot)).collect();
-        job.layout = Some(target.clone());
+    if outcome.bytes_sent > 0 && millis > 0.0 {
+        recovery.transfer_rate = Some(outcome.bytes_sent as f64 / (millis / 1000.0));
     }
-    job.dirty = false;
+    let target = &plan.target;
     info!(
-        kind = plan.kind.as_str(),
+        kind = plan.migration.kind.as_str(),
         d = target.data_parallel,
         p = target.pipeline_stages,
-        bytes = plan.bytes_moved,
+        bytes = plan.migration.bytes_moved,
         millis,
         "reconfigured"
     );
-    let cold_start = !job.started;
-    job.started = true;
+    if let Some(cause) = outcome.rollback_cause {
+        let steps = outcome.rolled_back_steps;
+        log.event(RunEvent::RolledBack { steps, samples: steps * settings.spec.global_batch as u64, cause });
+    }
     log.event(RunEvent::Reconfigured {
-        epoch,
-        cold_start,
-        step,
-        rolled_back_steps,
-        kind: plan.kind,
+        epoch: plan.epoch,
+        cold_start: outcome.cold_start,
+        step: plan.step,
+        rolled_back_steps: outcome.rolled_back_steps,
+        kind: plan.migration.kind,
         data_parallel: target.data_parallel,
         pipeline_stages: target.pipeline_stages,
-        bytes_moved: plan.bytes_moved,
-        bytes_sent: sent,
-        bytes_from_checkpoint: plan.bytes_from_checkpoint,
-        resent_chunks: resent,
+        bytes_moved: plan.migration.bytes_moved,
+        bytes_sent: outcome.bytes_sent,
+        bytes_from_checkpoint: plan.migration.bytes_from_checkpoint,
+        resent_chunks: outcome.resent_chunks,
         millis,
-        parked: parking,
+        parked: plan.parking,
     });
-    if parking {
+    if plan.parking {
         log.event(RunEvent::Paused { step: job.step, available: staying.len() });
     }
     Ok(())
@@ -555,89 +555,127 @@ fn describe(reply: &Reply) -> String {
     }
 }
 
-/// One two-phase step over every slot's worker.
+/// One two-phase step over every slot's worker; returns its wall time (ms)
+/// and the background checkpoint writes the workers reported.
 async fn train_step(
     settings: &RunSettings,
     fleet: &mut Fleet,
-    job: &mut Job,
+    job: &mut JobState,
     layout: &Layout,
     log: &mut RunLog,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(f64, Vec<(WorkerId, BackgroundWrite)>)> {
     let step = job.step;
     let started = Instant::now();
     let workers: Vec<WorkerId> = job.slots.keys().copied().collect();
-    job.attempts += 1;
-    let attempt = job.attempts;
-    let commands = workers.iter().map(|&id| (id, Command::Step { step, attempt })).collect();
+    let attempt = job.next_attempt();
+    let commands = workers.iter().map(|&id| (id, WorkerCommand::Step { step, attempt })).collect();
     fleet.shared.set_attempt(attempt, workers.iter().copied());
     let replies = fleet.call_many(commands, settings.command_timeout).await;
     fleet.shared.set_attempt(0, []);
-    let mut loss_sum = 0.0;
-    let mut failed = Vec::new();
-    for (id, reply) in &replies {
-        match reply {
-            Ok(Reply::Stepped { loss_sum: Some(loss), .. }) => loss_sum += loss,
-            Ok(Reply::Stepped { .. }) => {}
-            Ok(other) => failed.push(format!("worker {id}: {}", describe(other))),
-            Err(e) => failed.push(format!("worker {id}: {e}")),
+    let mut written = Vec::new();
+    let reports = replies
+        .into_iter()
+        .map(|(id, reply)| {
+            let report = match reply {
+                Ok(Reply::Stepped { loss_sum, written: w, .. }) => {
+                    written.extend(w.into_iter().map(|w| (id, w)));
+                    StepReport::Computed { loss_sum }
+                }
+                Ok(other) => StepReport::Failed(describe(&other)),
+                Err(e) => StepReport::Failed(e.to_string()),
+            };
+            (id, report)
+        })
+        .collect();
+    let loss_sum = match settle_step(&reports) {
+        StepVerdict::Commit { loss_sum } => loss_sum,
+        StepVerdict::Abort { reasons } => {
+            let aborts = workers
+                .iter()
+                .filter(|id| fleet.is_alive(**id))
+                .map(|&id| (id, WorkerCommand::Abort { step }))
+                .collect();
+            let _ = fleet.call_many(aborts, settings.command_timeout).await;
+            log.event(RunEvent::Aborted { step, reason: reasons.join("; ") });
+            anyhow::bail!("step {step}: {}", reasons.join("; "));
         }
-    }
-    if !failed.is_empty() {
-        let aborts = workers
-            .iter()
-            .filter(|id| fleet.is_alive(**id))
-            .map(|&id| (id, Command::Abort { step }))
-            .collect();
-        let _ = fleet.call_many(aborts, settings.command_timeout).await;
-        log.event(RunEvent::Aborted { step, reason: failed.join("; ") });
-        anyhow::bail!("step {step}: {}", failed.join("; "));
-    }
-    let commits = workers.iter().map(|&id| (id, Command::Commit { step })).collect();
+    };
+    let commits = workers.iter().map(|&id| (id, WorkerCommand::Commit { step })).collect();
     let replies = fleet.call_many(commits, settings.command_timeout).await;
     // A worker lost between compute and commit: the others committed, the lost
-    // one's layers live on in its replicas or force a restart, as after any loss.
-    for (id, reply) in replies {
-        if !matches!(reply, Ok(Reply::Committed { .. })) {
-            warn!(worker = id, "commit not acknowledged");
-            job.holdings.remove(&id);
-            job.dirty = true;
-        }
+    // one's layers live on in its replicas or in a checkpoint, as after any loss.
+    let unacknowledged: Vec<WorkerId> = replies
+        .into_iter()
+        .filter(|(_, reply)| !matches!(reply, Ok(Reply::Committed { .. })))
+        .map(|(id, _)| id)
+        .collect();
+    for id in &unacknowledged {
+        warn!(worker = id, "commit not acknowledged");
     }
-    job.step += 1;
-    let samples = settings.spec.global_batch as u64;
+    job.committed(&unacknowledged);
+    let millis = started.elapsed().as_secs_f64() * 1000.0;
     // Each last stage reports the sum of its sequences' mean token loss.
-    let loss = loss_sum / settings.spec.global_batch as f64;
     log.event(RunEvent::Step {
         step,
-        loss,
-        samples,
-        millis: started.elapsed().as_secs_f64() * 1000.0,
+        loss: loss_sum / settings.spec.global_batch as f64,
+        samples: settings.spec.global_batch as u64,
+        millis,
         data_parallel: layout.data_parallel,
         pipeline_stages: layout.pipeline_stages,
     });
-    Ok(())
+    Ok((millis, written))
 }
 
-/// Replica 0 of every stage writes its layers; the checkpoint counts once all did.
-async fn checkpoint(
-    settings: &RunSettings,
-    fleet: &mut Fleet,
-    job: &mut Job,
-    layout: &Layout,
-    log: &mut RunLog,
-) -> anyhow::Result<()> {
-    let step = job.step;
+/// The directory of the checkpoint at `step`, created.
+fn checkpoint_dir(settings: &RunSettings, step: u64) -> anyhow::Result<PathBuf> {
     let dir = settings.checkpoint_root.join(format!("step-{step:08}"));
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("creating checkpoint directory {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Makes a checkpoint whose stages are all on disk current: writes the marker
+/// that makes it usable (last, atomically), deletes the one it replaces.
+fn complete_checkpoint(job: &mut JobState, checkpoint: Checkpoint, layers: usize) -> anyhow::Result<()> {
+    let marker =
+        serde_json::json!({ "step": checkpoint.step, "layers": layers, "stages": checkpoint.stages });
+    let tmp = checkpoint.dir.join("COMPLETE.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&marker)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, checkpoint.dir.join("COMPLETE"))
+        .with_context(|| format!("completing checkpoint {}", checkpoint.dir.display()))?;
+    if let Some(old) = job.checkpoint_completed(checkpoint) {
+        // Keep only the newest complete checkpoint.
+        let _ = std::fs::remove_dir_all(old.dir);
+    }
+    Ok(())
+}
+
+/// Writes a checkpoint at the current step from `writers` (whose holdings
+/// cover the model once) and waits for it: emergency and final checkpoints.
+async fn write_checkpoint(
+    settings: &RunSettings,
+    fleet: &mut Fleet,
+    job: &mut JobState,
+    writers: &[WorkerId],
+    reason: CheckpointReason,
+    timeout: Duration,
+    log: &mut RunLog,
+) -> anyhow::Result<()> {
+    let step = job.step;
+    let cover = job
+        .checkpoint_writers(settings.spec.num_layers(), writers)
+        .ok_or_else(|| anyhow::anyhow!("checkpoint at step {step}: the writers do not hold every layer"))?;
+    let dir = checkpoint_dir(settings, step)?;
     let started = Instant::now();
-    let writers: BTreeMap<WorkerId, Command> = job
-        .slots
+    let commands: BTreeMap<WorkerId, WorkerCommand> = cover
         .iter()
-        .filter(|(_, slot)| slot.replica == 0)
-        .map(|(&id, slot)| (id, Command::Checkpoint { step, dir: Checkpoint::stage_dir(&dir, slot.stage) }))
+        .enumerate()
+        .map(|(stage, (id, _))| {
+            (*id, WorkerCommand::Checkpoint { step, dir: Checkpoint::stage_dir(&dir, stage) })
+        })
         .collect();
-    let replies = fleet.call_many(writers, settings.command_timeout).await;
+    let replies = fleet.call_many(commands, timeout).await;
     let mut bytes = 0;
     for (id, reply) in &replies {
         match reply {
@@ -646,20 +684,98 @@ async fn checkpoint(
             Err(e) => anyhow::bail!("checkpoint at step {step}: worker {id}: {e}"),
         }
     }
-    // The marker that makes the checkpoint usable, written last.
-    let marker =
-        serde_json::json!({ "step": step, "layers": settings.spec.num_layers(), "stages": layout.stages });
-    let tmp = dir.join("COMPLETE.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&marker)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join("COMPLETE"))
-        .with_context(|| format!("completing checkpoint {}", dir.display()))?;
-    let previous =
-        job.checkpoint.replace(Checkpoint { step, dir: dir.clone(), stages: layout.stages.clone() });
-    if let Some(old) = previous {
-        // Keep only the newest complete checkpoint.
-        let _ = std::fs::remove_dir_all(old.dir);
+    let stages = cover.into_iter().map(|(_, r)| r).collect();
+    complete_checkpoint(job, Checkpoint { step, dir: dir.clone(), stages }, settings.spec.num_layers())?;
+    let millis = started.elapsed().as_secs_f64() * 1000.0;
+    log.event(RunEvent::Checkpointed { step, bytes, millis, write_millis: millis, reason, dir });
+    Ok(())
+}
+
+/// Snapshots the state on one worker per stage; they write it in the
+/// background while training goes on.
+async fn start_periodic_checkpoint(
+    settings: &RunSettings,
+    fleet: &mut Fleet,
+    job: &mut JobState,
+    recovery: &mut Recovery,
+) -> anyhow::Result<()> {
+    let step = job.step;
+    let slot_workers: Vec<WorkerId> = job.slots.keys().copied().collect();
+    let cover = job
+        .checkpoint_writers(settings.spec.num_layers(), &slot_workers)
+        .ok_or_else(|| anyhow::anyhow!("checkpoint at step {step}: the slots do not hold every layer"))?;
+    let dir = checkpoint_dir(settings, step)?;
+    recovery.last_periodic_step = step;
+    let started = Instant::now();
+    let commands: BTreeMap<WorkerId, WorkerCommand> = cover
+        .iter()
+        .enumerate()
+        .map(|(stage, (id, _))| {
+            (*id, WorkerCommand::Snapshot { step, dir: Checkpoint::stage_dir(&dir, stage) })
+        })
+        .collect();
+    let replies = fleet.call_many(commands, settings.command_timeout).await;
+    for (id, reply) in &replies {
+        match reply {
+            Ok(Reply::SnapshotTaken { .. }) => {}
+            Ok(other) => anyhow::bail!("snapshot at step {step}: worker {id}: {}", describe(other)),
+            Err(e) => anyhow::bail!("snapshot at step {step}: worker {id}: {e}"),
+        }
     }
-    log.event(RunEvent::Checkpointed { step, bytes, millis: started.elapsed().as_secs_f64() * 1000.0, dir });
+    let blocking = started.elapsed();
+    recovery.checkpoint_waits.push(blocking);
+    recovery.pending = Some(PendingCheckpoint {
+        waiting: cover.iter().map(|(id, _)| *id).collect(),
+        checkpoint: Checkpoint { step, dir, stages: cover.into_iter().map(|(_, r)| r).collect() },
+        bytes: 0,
+        blocking_millis: blocking.as_secs_f64() * 1000.0,
+        write_millis: 0.0,
+    });
+    Ok(())
+}
+
+/// Applies the background writes the workers reported; completes the pending
+/// checkpoint once every stage is on disk.
+fn record_writes(
+    settings: &RunSettings,
+    job: &mut JobState,
+    recovery: &mut Recovery,
+    written: Vec<(WorkerId, BackgroundWrite)>,
+    log: &mut RunLog,
+) -> anyhow::Result<()> {
+    for (id, write) in written {
+        let Some(pending) = recovery.pending.as_mut().filter(|p| p.checkpoint.step == write.step) else {
+            continue;
+        };
+        match write.result {
+            Ok(bytes) if pending.waiting.remove(&id) => {
+                pending.bytes += bytes;
+                pending.write_millis = pending.write_millis.max(write.millis);
+            }
+            Ok(_) => {}
+            Err(reason) => {
+                warn!(worker = id, step = write.step, %reason, "background checkpoint write failed");
+                log.event(RunEvent::Failure {
+                    what: format!("checkpoint at step {}: worker {id}: {reason}", write.step),
+                });
+                let _ = std::fs::remove_dir_all(&pending.checkpoint.dir);
+                recovery.pending = None;
+            }
+        }
+    }
+    if recovery.pending.as_ref().is_some_and(|p| p.waiting.is_empty())
+        && let Some(done) = recovery.pending.take()
+    {
+        let (step, dir) = (done.checkpoint.step, done.checkpoint.dir.clone());
+        complete_checkpoint(job, done.checkpoint, settings.spec.num_layers())?;
+        log.event(RunEvent::Checkpointed {
+            step,
+            bytes: done.bytes,
+            millis: done.blocking_millis,
+            write_millis: done.write_millis,
+            reason: CheckpointReason::Periodic,
+            dir,
+        });
+    }
     Ok(())
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use parcae_cluster::job::RollbackCause;
 use parcae_cluster::{MigrationKind, WorkerId};
 use serde::Serialize;
 
@@ -82,15 +83,43 @@ pub enum RunEvent {
         step: u64,
         reason: String,
     },
+    /// A checkpoint became complete (its marker is written).
     Checkpointed {
         step: u64,
         bytes: u64,
+        /// Wall time training waited for it (the in-memory snapshot, for a periodic one).
         millis: f64,
+        /// Wall time of the slowest stage's write (overlapping training, for a periodic one).
+        write_millis: f64,
+        reason: CheckpointReason,
         dir: PathBuf,
+    },
+    /// Committed work undone by a restart from an older checkpoint.
+    RolledBack {
+        steps: u64,
+        samples: u64,
+        cause: RollbackCause,
+    },
+    /// The periodic checkpoint cadence changed (Young/Daly on the observed losses).
+    Cadence {
+        every_steps: u64,
+        unannounced_losses: u32,
     },
     Failure {
         what: String,
     },
+}
+
+/// Why a checkpoint was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckpointReason {
+    /// The cadence was due (snapshot in memory, written in the background).
+    Periodic,
+    /// A notice would have left some layer without a holder.
+    Emergency,
+    /// The end of the run.
+    Final,
 }
 
 /// An event with its time since the start of the run.
@@ -125,7 +154,19 @@ pub struct Summary {
     pub allocations: usize,
     /// Wall time spent in reconfigurations (live migrations and restarts).
     pub migration_seconds: f64,
+    /// Wall time training waited for checkpoints (all reasons).
     pub checkpoint_seconds: f64,
+    pub periodic_checkpoints: usize,
+    pub emergency_checkpoints: usize,
+    /// Wall time training waited for periodic checkpoints over the training
+    /// wall time (steps plus those waits): what the cadence costs.
+    pub periodic_checkpoint_fraction: f64,
+    /// Committed work undone because a holder vanished without notice.
+    pub rolled_back_steps_unannounced: u64,
+    pub rolled_back_samples_unannounced: u64,
+    /// Committed work undone because a notice was too short to save the state.
+    pub rolled_back_steps_notice_too_short: u64,
+    pub rolled_back_samples_notice_too_short: u64,
     /// Mean time from starting a worker process to its joining.
     pub worker_start_seconds: Option<f64>,
     /// What checkpoint-restart would have spent at the same fleet changes:
@@ -288,6 +329,7 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
     let mut start_times = Vec::new();
     let mut last_checkpoint_step = 0u64;
     let mut changes_steps_lost = Vec::new();
+    let mut periodic_wait_seconds = 0.0;
     for e in events {
         match &e.event {
             RunEvent::Step { loss, samples, millis, .. } => {
@@ -314,10 +356,28 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
                 }
                 changes_steps_lost.push(step.saturating_sub(last_checkpoint_step));
             }
-            RunEvent::Checkpointed { step, millis, .. } => {
+            RunEvent::Checkpointed { step, millis, reason, .. } => {
                 s.checkpoint_seconds += millis / 1000.0;
+                match reason {
+                    CheckpointReason::Periodic => {
+                        s.periodic_checkpoints += 1;
+                        periodic_wait_seconds += millis / 1000.0;
+                    }
+                    CheckpointReason::Emergency => s.emergency_checkpoints += 1,
+                    CheckpointReason::Final => {}
+                }
                 last_checkpoint_step = *step;
             }
+            RunEvent::RolledBack { steps, samples, cause } => match cause {
+                RollbackCause::Unannounced => {
+                    s.rolled_back_steps_unannounced += steps;
+                    s.rolled_back_samples_unannounced += samples;
+                }
+                RollbackCause::NoticeTooShort => {
+                    s.rolled_back_steps_notice_too_short += steps;
+                    s.rolled_back_samples_notice_too_short += samples;
+                }
+            },
             RunEvent::Aborted { .. } => s.aborted_steps += 1,
             RunEvent::Notice { .. } => s.preemptions += 1,
             RunEvent::Killed { announced: false, .. } => {
@@ -339,6 +399,9 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
     s.samples_per_second = if wall_seconds > 0.0 { s.samples as f64 / wall_seconds } else { 0.0 };
     let mean = |v: &[f64]| if v.is_empty() { None } else { Some(v.iter().sum::<f64>() / v.len() as f64) };
     s.worker_start_seconds = mean(&start_times);
+    let training_seconds = step_millis.iter().sum::<f64>() / 1000.0 + periodic_wait_seconds;
+    s.periodic_checkpoint_fraction =
+        if training_seconds > 0.0 { periodic_wait_seconds / training_seconds } else { 0.0 };
     let step_s = mean(&step_millis).unwrap_or(0.0) / 1000.0;
     // A checkpoint load is measured by the restarts of this run; without one,
     // use the checkpoint write time as its stand-in (same bytes, same disk).
@@ -471,6 +534,18 @@ impl std::fmt::Display for Summary {
             f,
             "  time migrating {:.2} s vs checkpoint-restart estimate {:.2} s; checkpoints {:.2} s",
             self.migration_seconds, self.checkpoint_restart_estimate_seconds, self.checkpoint_seconds
+        )?;
+        writeln!(
+            f,
+            "  checkpoints: {} periodic ({:.2}% of training time), {} emergency; rolled back {} steps \
+             ({} samples) after unannounced losses, {} steps ({} samples) after notices too short",
+            self.periodic_checkpoints,
+            self.periodic_checkpoint_fraction * 100.0,
+            self.emergency_checkpoints,
+            self.rolled_back_steps_unannounced,
+            self.rolled_back_samples_unannounced,
+            self.rolled_back_steps_notice_too_short,
+            self.rolled_back_samples_notice_too_short
         )?;
         if let Some(dir) = &self.last_checkpoint {
             write!(f, "  last checkpoint: {}", dir.display())?;

@@ -1,0 +1,118 @@
+//! How a job survives losing its workers: when to take periodic checkpoints,
+//! and what to do when a notice would leave some layer without a holder.
+//!
+//! Announced losses (a notice) cost nothing if the state leaves in time:
+//! evacuate it to workers that stay when the transfer fits the notice, else
+//! write an emergency checkpoint within it. Only unannounced losses roll work
+//! back, so the periodic cadence is set from their observed rate alone
+//! (Young/Daly: interval = sqrt(2 x checkpoint cost x mean time between losses)).
+
+use std::time::Duration;
+
+/// Steps between periodic checkpoints before any unannounced loss was seen
+/// (the cadence `run` always used).
+pub const DEFAULT_CHECKPOINT_STEPS: u64 = 20;
+/// Fewest steps between periodic checkpoints: even a cheap asynchronous
+/// snapshot copies every layer, and a worker writes one checkpoint at a time.
+pub const MIN_CHECKPOINT_STEPS: u64 = 5;
+/// Most steps between periodic checkpoints: bounds the loss when the rate
+/// estimate (from few losses) is too optimistic.
+pub const MAX_CHECKPOINT_STEPS: u64 = 200;
+
+/// What the job has observed so far, for the cadence.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LossObservations {
+    /// Wall time the job has run.
+    pub elapsed: Duration,
+    /// Holders lost without notice.
+    pub unannounced_losses: u32,
+    /// Mean wall time one checkpoint blocks training (the snapshot), if any was taken.
+    pub checkpoint_cost: Option<Duration>,
+    /// Mean wall time of one committed step, if any.
+    pub step_time: Option<Duration>,
+}
+
+/// Steps between periodic checkpoints: `explicit` when given (`--checkpoint-every`),
+/// else Young/Daly from `seen`, clamped to
+/// [`MIN_CHECKPOINT_STEPS`, `MAX_CHECKPOINT_STEPS`]; [`DEFAULT_CHECKPOINT_STEPS`]
+/// until a loss, a checkpoint and a step were observed.
+pub fn checkpoint_interval_steps(explicit: Option<u64>, seen: &LossObservations) -> u64 {
+    if let Some(steps) = explicit {
+        return steps.max(1);
+    }
+    let (Some(cost), Some(step)) = (seen.checkpoint_cost, seen.step_time) else {
+        return DEFAULT_CHECKPOINT_STEPS;
+    };
+    if seen.unannounced_losses == 0 || step.is_zero() {
+        return DEFAULT_CHECKPOINT_STEPS;
+    }
+    let mtbf = seen.elapsed.as_secs_f64() / f64::from(seen.unannounced_losses);
+    let interval = (2.0 * cost.as_secs_f64() * mtbf).sqrt();
+    let steps = (interval / step.as_secs_f64()).round();
+    (steps as u64).clamp(MIN_CHECKPOINT_STEPS, MAX_CHECKPOINT_STEPS)
+}
+
+/// What to do with state that a notice would strand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeRecovery {
+    /// Move it to workers that stay (a live migration or parking).
+    Evacuate,
+    /// Write it to disk from the leaving holders before they go.
+    EmergencyCheckpoint,
+}
+
+/// Evacuate when some worker stays and the stranded bytes fit the time left of
+/// the notice at the transfer rate seen so far (an unknown rate counts as
+/// fitting: the first evacuation measures it); otherwise checkpoint.
+pub fn notice_recovery(
+    stranded_bytes: u64,
+    workers_staying: usize,
+    bytes_per_second: Option<f64>,
+    time_left: Duration,
+) -> NoticeRecovery {
+    if workers_staying == 0 {
+        return NoticeRecovery::EmergencyCheckpoint;
+    }
+    match bytes_per_second {
+        Some(rate) if rate > 0.0 && stranded_bytes as f64 / rate > time_left.as_secs_f64() => {
+            NoticeRecovery::EmergencyCheckpoint
+        }
+        _ => NoticeRecovery::Evacuate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(losses: u32, elapsed_s: u64, cost_ms: u64, step_ms: u64) -> LossObservations {
+        LossObservations {
+            elapsed: Duration::from_secs(elapsed_s),
+            unannounced_losses: losses,
+            checkpoint_cost: Some(Duration::from_millis(cost_ms)),
+            step_time: Some(Duration::from_millis(step_ms)),
+        }
+    }
+
+    #[test]
+    fn the_cadence_follows_young_daly_within_its_bounds() {
+        assert_eq!(checkpoint_interval_steps(Some(7), &seen(3, 100, 10, 100)), 7, "explicit wins");
+        assert_eq!(checkpoint_interval_steps(None, &LossObservations::default()), DEFAULT_CHECKPOINT_STEPS);
+        assert_eq!(checkpoint_interval_steps(None, &seen(0, 600, 50, 100)), DEFAULT_CHECKPOINT_STEPS);
+        // One loss in 400 s, 0.5 s per checkpoint: sqrt(2 * 0.5 * 400) = 20 s = 100 steps of 0.2 s.
+        assert_eq!(checkpoint_interval_steps(None, &seen(1, 400, 500, 200)), 100);
+        // Four times the loss rate halves the interval.
+        assert_eq!(checkpoint_interval_steps(None, &seen(4, 400, 500, 200)), 50);
+        assert_eq!(checkpoint_interval_steps(None, &seen(50, 10, 1, 200)), MIN_CHECKPOINT_STEPS);
+        assert_eq!(checkpoint_interval_steps(None, &seen(1, 100_000, 5_000, 10)), MAX_CHECKPOINT_STEPS);
+    }
+
+    #[test]
+    fn a_notice_evacuates_only_when_someone_stays_and_the_transfer_fits() {
+        let left = Duration::from_secs(2);
+        assert_eq!(notice_recovery(1_000, 0, Some(1e9), left), NoticeRecovery::EmergencyCheckpoint);
+        assert_eq!(notice_recovery(1_000, 1, Some(1e6), left), NoticeRecovery::Evacuate);
+        assert_eq!(notice_recovery(10_000_000, 1, Some(1e6), left), NoticeRecovery::EmergencyCheckpoint);
+        assert_eq!(notice_recovery(10_000_000, 1, None, left), NoticeRecovery::Evacuate);
+    }
+}
