@@ -14,6 +14,7 @@ fn main() {
         Guest { package: "reactive-policy", output: "reactive.wasm" },
         Guest { package: "arima-liveput-policy", output: "arima_liveput.wasm" },
         Guest { package: "robust-liveput-policy", output: "robust_liveput.wasm" },
+        Guest { package: "guarded-liveput-policy", output: "guarded_liveput.wasm" },
     ];
     if let Err(message) = build(root, &out, &guests) {
         eprintln!("{message}");

@@ -16,6 +16,7 @@ fn main() {
         guest("reactive-policy", "reactive.wasm"),
         guest("arima-liveput-policy", "arima_liveput.wasm"),
         guest("robust-liveput-policy", "robust_liveput.wasm"),
+        guest("guarded-liveput-policy", "guarded_liveput.wasm"),
         guest("looping-policy", "looping.wasm"),
         guest("allocating-policy", "allocating.wasm"),
         guest("trapping-policy", "trapping.wasm"),

@@ -75,7 +75,7 @@ impl SandboxArgs {
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
     /// Policy component serving every interface it exports (`.wasm` or
-    /// `builtin:NAME`; default: builtin:robust-liveput).
+    /// `builtin:NAME`; default: builtin:guarded-liveput).
     #[arg(long)]
     pub policy: Option<String>,
     /// Predictor component (overrides --policy's predictor).

@@ -19,14 +19,20 @@ pub const ARIMA_LIVEPUT_POLICY: &[u8] =
 pub const ROBUST_LIVEPUT_POLICY: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/policies/robust_liveput.wasm"));
 
+/// Robust liveput under a regret guard against the reactive baseline, both
+/// replayed under the cost model on the fleet actually seen: the default.
+pub const GUARDED_LIVEPUT_POLICY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/policies/guarded_liveput.wasm"));
+
 /// The policy used when none is given.
-pub const DEFAULT_POLICY: &str = "builtin:robust-liveput";
+pub const DEFAULT_POLICY: &str = "builtin:guarded-liveput";
 
 /// Name of an embedded policy on the command line: `builtin:NAME`.
 pub const BUILTIN_PREFIX: &str = "builtin:";
 
 /// The embedded policies, by the name used after `builtin:`.
 pub const BUILTIN_POLICIES: &[(&str, &[u8])] = &[
+    ("guarded-liveput", GUARDED_LIVEPUT_POLICY),
     ("arima-liveput", ARIMA_LIVEPUT_POLICY),
     ("robust-liveput", ROBUST_LIVEPUT_POLICY),
     ("reactive", REACTIVE_POLICY),

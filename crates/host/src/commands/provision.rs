@@ -20,7 +20,7 @@
 //! The cheapest candidate that meets the goal is recommended.
 //!
 //! **Simulation** (the check): the recommended candidates are run through the
-//! control loop with a policy (default `builtin:robust-liveput`) on the capped
+//! control loop with a policy (default `builtin:guarded-liveput`) on the capped
 //! trace (or a constant on-demand fleet) and scored by the liveput simulator;
 //! completion time and cost are read off the cumulative samples (extrapolated
 //! at the run's average rate when the trace ends first).

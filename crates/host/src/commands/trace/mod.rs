@@ -1,6 +1,6 @@
 //! `parcae-host trace`: availability and preemption statistics of traces
-//! (with plots), and conversion to the canonical event CSV or a per-interval
-//! series.
+//! (with plots), conversion to the canonical event CSV or a per-interval
+//! series, and synthetic traces (stress shapes and fitted look-alikes).
 
 mod plots;
 
@@ -11,6 +11,8 @@ use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 
 pub use plots::{CdfStep, HourRate, ended_cdf, hourly, hourly_svg, kaplan_meier, lifetime_svg, write_plots};
+
+use parcae_traces::synth::{Scenario, SynthSpec};
 
 use crate::args::TraceInput;
 
@@ -47,6 +49,30 @@ pub enum TraceCommand {
         #[command(flatten)]
         input: TraceInput,
     },
+    /// Generate a synthetic trace (seeded, deterministic): a named stress
+    /// shape, or a look-alike of a real trace's rates (`--like`).
+    Synth {
+        /// The stress shape (fleet-wipes, diurnal, slow-churn, long-calm);
+        /// not with `--like`.
+        #[arg(long, required_unless_present = "like", conflicts_with = "like")]
+        scenario: Option<String>,
+        /// Fit the generator's rates (peak fleet, preemption events per
+        /// instance-hour, burst sizes, refill delay) to this trace.
+        #[arg(long, value_name = "TRACE")]
+        like: Option<PathBuf>,
+        /// Length of the trace.
+        #[arg(long, default_value_t = 48.0)]
+        hours: f64,
+        /// Seed of the random draws.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output file ('-' for standard output).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// How to read the `--like` trace.
+        #[command(flatten)]
+        input: TraceInput,
+    },
 }
 
 /// What `trace convert` writes.
@@ -63,7 +89,38 @@ pub fn run(command: &TraceCommand) -> anyhow::Result<()> {
     match command {
         TraceCommand::Stats { traces, input, json, plot } => stats(traces, input, *json, plot.as_deref()),
         TraceCommand::Convert { trace, output, to, input } => convert(trace, output, *to, input),
+        TraceCommand::Synth { scenario, like, hours, seed, output, input } => {
+            synth(scenario.as_deref(), like.as_deref(), *hours, *seed, output, input)
+        }
     }
+}
+
+/// `trace synth`.
+fn synth(
+    scenario: Option<&str>,
+    like: Option<&Path>,
+    hours: f64,
+    seed: u64,
+    output: &Path,
+    input: &TraceInput,
+) -> anyhow::Result<()> {
+    let name = output.file_stem().map_or_else(|| "synthetic".to_string(), |s| s.to_string_lossy().into_owned());
+    let spec = match (scenario, like) {
+        (Some(scenario), _) => scenario.parse::<Scenario>().map_err(anyhow::Error::msg)?.spec(hours, seed),
+        (None, Some(like)) => {
+            let trace = input.load(like)?;
+            SynthSpec::fitted(&trace, input.interval_ms()?, &name, hours, seed)?
+        }
+        (None, None) => anyhow::bail!("give --scenario or --like"),
+    };
+    let csv = spec.generate_csv()?;
+    if output == Path::new("-") {
+        print!("{csv}");
+    } else {
+        std::fs::write(output, csv).with_context(|| format!("writing {}", output.display()))?;
+        eprintln!("{}: {} ({} h, seed {seed})", output.display(), spec.name, spec.hours);
+    }
+    Ok(())
 }
 
 /// `trace stats`.
