@@ -85,8 +85,11 @@ pub fn liveput_truth_under(
         let window = &steps[k..(k + horizon).min(steps.len())];
         // The same terminal value as the default policy's planner
         // (`RobustLiveput`): one more horizon of the last layout.
-        let options =
-            PlanOptions { recovery, terminal_ms: horizon as f64 * interval_ms as f64, ..PlanOptions::default() };
+        let options = PlanOptions {
+            recovery,
+            terminal_ms: horizon as f64 * interval_ms as f64,
+            ..PlanOptions::default()
+        };
         let planned = plan::best_plan_with(
             profile,
             simulator.current(),

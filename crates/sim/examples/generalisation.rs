@@ -1,0 +1,247 @@
+//! The generalisation table of the default policy: every trace family in
+//! `data/traces` (the public AWS traces, the SkyPilot trace, the synthetic
+//! stress shapes and the fitted look-alikes), three models, with AWS's notice
+//! and unannounced; the policy as % of the Oracle and against the best
+//! baseline or peer under the same recovery rules.
+//!
+//! Leave-one-family-out: the guard's settings (terminal value, switching
+//! margin) are chosen from a small grid on every family but one, by the worst
+//! ratio to the best baseline or peer there, and the held-out family is scored
+//! with that choice. A setting that only wins where it was chosen shows up as
+//! a loss on the held-out family.
+//!
+//! `cargo run --release -p parcae-sim --example generalisation -- [--markdown]`
+//! (from the workspace root; about ten minutes on two cores).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use parcae_policy_core::guard::{GuardSettings, GuardedLiveput};
+use parcae_policy_core::{
+    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest, Predictor,
+    Recovery,
+};
+use parcae_profile::{CostConstants, Profile};
+use parcae_sim::peers::{self, PeerConstants};
+use parcae_sim::{MigrationMode, Peer, PeerSettings, Prices, oracle_under, reactive, simulate_under};
+
+const INTERVAL_MS: u64 = 60_000;
+const HORIZON: u32 = 8;
+const MODELS: [&str; 3] = ["gpt-1.5b", "gpt-6.7b", "bert"];
+const NOTICES_S: [f64; 2] = [120.0, 0.0];
+
+/// `(family, trace file)`.
+const TRACES: [(&str, &str); 9] = [
+    ("aws-p3", "data/traces/aws-p3/p3-events.csv"),
+    ("aws-g4dn", "data/traces/aws-g4dn/g4dn-events.csv"),
+    ("skypilot", "data/traces/skypilot/aws-16node-us-east-2b-v100.json"),
+    ("fleet-wipes", "data/traces/synthetic/fleet-wipes.csv"),
+    ("diurnal", "data/traces/synthetic/diurnal.csv"),
+    ("slow-churn", "data/traces/synthetic/slow-churn.csv"),
+    ("long-calm", "data/traces/synthetic/long-calm.csv"),
+    ("fitted", "data/traces/synthetic/aws-p3-like.csv"),
+    ("fitted", "data/traces/synthetic/aws-g4dn-like.csv"),
+];
+
+/// The grid the held-out selection chooses from: (terminal horizons, margin).
+const GRID: [(f64, f64); 4] = [(1.0, 0.01), (3.0, 0.01), (1.0, 0.002), (3.0, 0.002)];
+
+/// One (trace, model, notice) case: the references and the policy per setting.
+struct Case {
+    family: &'static str,
+    trace: String,
+    model: &'static str,
+    notice_s: f64,
+    oracle: f64,
+    /// The best row other than Ideal, the Oracle and on-demand, and its name.
+    best_other: (f64, String),
+    /// The policy's samples per grid setting.
+    policy: Vec<f64>,
+}
+
+fn drive(
+    policy: &mut GuardedLiveput,
+    series: &[IntervalStats],
+    profile: &ModelProfile,
+    recovery: Recovery,
+) -> Vec<Option<ParallelConfig>> {
+    let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
+    let (mut current, mut fleet_min) = (None, u32::MAX);
+    let mut out = Vec::with_capacity(series.len());
+    for (k, observed) in series.iter().enumerate() {
+        fleet_min = fleet_min.min(observed.instances);
+        let request = PredictRequest {
+            history: series[..=k].to_vec(),
+            horizon: HORIZON - 1,
+            interval_ms: INTERVAL_MS,
+            fleet_min,
+            fleet_max,
+        };
+        let mut planned = vec![*observed];
+        planned.extend(policy.predict(&request).expect("the native predictor does not fail"));
+        let plan = policy
+            .optimize(&OptimizeRequest {
+                forecast: planned,
+                instances_now: observed.instances,
+                current,
+                interval_ms: INTERVAL_MS,
+                profile: profile.clone(),
+                recovery,
+            })
+            .expect("the native optimizer does not fail on a profiled model");
+        current = plan
+            .steps
+            .first()
+            .and_then(|s| s.config)
+            .filter(|c| c.instances() <= u64::from(observed.instances));
+        out.push(current);
+    }
+    out
+}
+
+fn run_case(
+    family: &'static str,
+    path: &str,
+    model: &'static str,
+    notice_s: f64,
+    constants: &CostConstants,
+    peer_constants: &PeerConstants,
+) -> Case {
+    let profile = Profile::load(Path::new("data/profiles/p3-v100-parcae.json"))
+        .and_then(|p| p.model_profile(model, constants))
+        .expect("the p3 profile loads");
+    let recovery = constants.recovery(notice_s * 1000.0).expect("the constants give a recovery");
+    let series =
+        parcae_traces::load(Path::new(path)).expect("trace loads").series(INTERVAL_MS).unwrap().intervals;
+    let prices = Prices { spot_usd_per_hour: 0.918, on_demand_usd_per_hour: 3.06 };
+    let score = |d: &[Option<ParallelConfig>], mode| {
+        simulate_under(&profile, &series, INTERVAL_MS, d, prices, mode, recovery).unwrap().totals.samples
+    };
+    let oracle = score(&oracle_under(&profile, &series, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
+    let reactive_plan = reactive(&profile, &series);
+    let mut others = vec![
+        (score(&reactive_plan, MigrationMode::Live), "reactive".to_string()),
+        (score(&reactive_plan, MigrationMode::RestartOnChange), "reactive-restart".to_string()),
+    ];
+    let peer_settings = PeerSettings { interval_ms: INTERVAL_MS, prices, runs: 16, seed: 1 };
+    for peer in [Peer::Bamboo, Peer::Varuna, Peer::Oobleck] {
+        if let Ok(run) =
+            peers::run(peer, &profile, &series, peer_constants, &peer_settings, (notice_s * 1000.0) as u64)
+        {
+            others.push((run.result.totals.samples, peer.as_str().to_string()));
+        }
+    }
+    let best_other = others.into_iter().max_by(|a, b| a.0.total_cmp(&b.0)).unwrap();
+    let policy = GRID
+        .iter()
+        .map(|&(terminal, margin)| {
+            let mut guarded =
+                GuardedLiveput::with_settings(GuardSettings { margin, ..GuardSettings::default() });
+            guarded.planner.optimizer.terminal_horizons = terminal;
+            score(&drive(&mut guarded, &series, &profile, recovery), MigrationMode::Live)
+        })
+        .collect();
+    Case {
+        family,
+        trace: path.rsplit('/').next().unwrap().to_string(),
+        model,
+        notice_s,
+        oracle,
+        best_other,
+        policy,
+    }
+}
+
+fn main() {
+    let constants = CostConstants::load(Path::new("data/profiles/cost-constants.json")).expect("constants");
+    let text = std::fs::read_to_string("data/profiles/peer-constants.json")
+        .expect("data/profiles/peer-constants.json");
+    let peer_constants: PeerConstants = serde_json::from_str(&text).expect("peer constants parse");
+    peer_constants.validate().expect("peer constants are valid");
+    let jobs: Vec<(&'static str, &'static str, &'static str, f64)> = TRACES
+        .iter()
+        .flat_map(|&(f, t)| MODELS.iter().flat_map(move |&m| NOTICES_S.iter().map(move |&n| (f, t, m, n))))
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let cases = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(f, t, m, n)) = jobs.get(i) else { break };
+                    let case = run_case(f, t, m, n, &constants, &peer_constants);
+                    eprintln!("{}/{}: {} {} {} s", i + 1, jobs.len(), case.trace, m, n);
+                    cases.lock().unwrap().push((i, case));
+                }
+            });
+        }
+    });
+    let mut cases = cases.into_inner().unwrap();
+    cases.sort_by_key(|(i, _)| *i);
+    let cases: Vec<Case> = cases.into_iter().map(|(_, c)| c).collect();
+
+    // Leave one family out: the setting with the best worst-case ratio to the
+    // best other row on the remaining families.
+    let families: Vec<&str> = {
+        let mut f: Vec<&str> = cases.iter().map(|c| c.family).collect();
+        f.dedup();
+        f
+    };
+    let worst_ratio = |setting: usize, keep: &dyn Fn(&Case) -> bool| {
+        cases
+            .iter()
+            .filter(|c| keep(c))
+            .map(|c| c.policy[setting] / c.best_other.0.max(1.0))
+            .fold(f64::INFINITY, f64::min)
+    };
+    let mut chosen: BTreeMap<&str, usize> = BTreeMap::new();
+    for &held_out in &families {
+        let best = (0..GRID.len())
+            .max_by(|&a, &b| {
+                worst_ratio(a, &|c| c.family != held_out)
+                    .total_cmp(&worst_ratio(b, &|c| c.family != held_out))
+            })
+            .unwrap();
+        chosen.insert(held_out, best);
+    }
+    println!(
+        "Leave-one-family-out: the guard setting (terminal horizons, margin) chosen without each family, and that family scored with it.\n"
+    );
+    println!(
+        "| family | trace | model | notice s | chosen setting | policy % of Oracle | best other row | its % of Oracle | policy / best other |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let default = GRID.iter().position(|&(t, m)| {
+        let d = GuardedLiveput::default();
+        t == d.planner.optimizer.terminal_horizons && m == d.settings.margin
+    });
+    let mut worst = f64::INFINITY;
+    let mut below_97 = 0;
+    for c in &cases {
+        let s = chosen[c.family];
+        let p = c.policy[s];
+        let ratio = p / c.best_other.0.max(1.0);
+        worst = worst.min(ratio);
+        below_97 += usize::from(p < 0.97 * c.oracle);
+        println!(
+            "| {} | {} | {} | {} | {}x, {} | {:.1} | {} | {:.1} | {:.3} |",
+            c.family,
+            c.trace,
+            c.model,
+            c.notice_s,
+            GRID[s].0,
+            GRID[s].1,
+            100.0 * p / c.oracle,
+            c.best_other.1,
+            100.0 * c.best_other.0 / c.oracle,
+            ratio
+        );
+    }
+    println!(
+        "\nworst policy / best other row: {worst:.3}; cases below 97% of the Oracle: {below_97} of {}; \
+         the default setting is grid entry {default:?}",
+        cases.len()
+    );
+}
