@@ -395,7 +395,10 @@ impl CostConstants {
             ));
         }
         if notice_ms == 0.0 {
-            return Ok(Recovery::UNANNOUNCED);
+            // No emergency checkpoint without a notice; the write rate still
+            // prices the periodic ones (`parcae_sim::cadence`).
+            let rate = self.data.checkpoint_write_gb_per_s.unwrap_or(0.0);
+            return Ok(Recovery { checkpoint_write_bytes_per_ms: rate * 1e6, ..Recovery::UNANNOUNCED });
         }
         let rate = self.data.checkpoint_write_gb_per_s.ok_or_else(|| {
             ProfileError::invalid(

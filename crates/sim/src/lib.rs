@@ -46,6 +46,7 @@
 //! ```
 
 mod baselines;
+pub mod cadence;
 pub mod peers;
 mod planned;
 

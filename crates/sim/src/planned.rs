@@ -4,6 +4,7 @@
 
 use crate::MigrationMode;
 use parcae_policy_core::plan::{self, PlanOptions, Step, TransitionCache};
+use parcae_policy_core::robust::DEFAULT_TERMINAL_HORIZONS;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
 use crate::{SimError, Simulator};
@@ -83,13 +84,9 @@ pub fn liveput_truth_under(
     let mut decisions = Vec::with_capacity(series.len());
     for (k, stats) in series.iter().enumerate() {
         let window = &steps[k..(k + horizon).min(steps.len())];
-        // The same terminal value as the default policy's planner
-        // (`RobustLiveput`): one more horizon of the last layout.
-        let options = PlanOptions {
-            recovery,
-            terminal_ms: horizon as f64 * interval_ms as f64,
-            ..PlanOptions::default()
-        };
+        // The same terminal value as the default policy's planner.
+        let terminal_ms = DEFAULT_TERMINAL_HORIZONS * horizon as f64 * interval_ms as f64;
+        let options = PlanOptions { recovery, terminal_ms, ..PlanOptions::default() };
         let planned = plan::best_plan_with(
             profile,
             simulator.current(),
