@@ -24,7 +24,9 @@ use parcae_policy_core::{
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
 use parcae_sim::peers::{self, PeerConstants};
-use parcae_sim::{MigrationMode, Peer, PeerSettings, Prices, oracle_under, reactive, simulate_under};
+use parcae_sim::{
+    MigrationMode, Peer, PeerSettings, Prices, drive_native, oracle_under, reactive, simulate_under,
+};
 
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
@@ -58,46 +60,6 @@ struct Case {
     best_other: (f64, String),
     /// The policy's samples per grid setting.
     policy: Vec<f64>,
-}
-
-fn drive(
-    policy: &mut GuardedLiveput,
-    series: &[IntervalStats],
-    profile: &ModelProfile,
-    recovery: Recovery,
-) -> Vec<Option<ParallelConfig>> {
-    let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
-    let (mut current, mut fleet_min) = (None, u32::MAX);
-    let mut out = Vec::with_capacity(series.len());
-    for (k, observed) in series.iter().enumerate() {
-        fleet_min = fleet_min.min(observed.instances);
-        let request = PredictRequest {
-            history: series[..=k].to_vec(),
-            horizon: HORIZON - 1,
-            interval_ms: INTERVAL_MS,
-            fleet_min,
-            fleet_max,
-        };
-        let mut planned = vec![*observed];
-        planned.extend(policy.predict(&request).expect("the native predictor does not fail"));
-        let plan = policy
-            .optimize(&OptimizeRequest {
-                forecast: planned,
-                instances_now: observed.instances,
-                current,
-                interval_ms: INTERVAL_MS,
-                profile: profile.clone(),
-                recovery,
-            })
-            .expect("the native optimizer does not fail on a profiled model");
-        current = plan
-            .steps
-            .first()
-            .and_then(|s| s.config)
-            .filter(|c| c.instances() <= u64::from(observed.instances));
-        out.push(current);
-    }
-    out
 }
 
 fn run_case(
@@ -142,7 +104,9 @@ fn run_case(
             let mut guarded =
                 GuardedLiveput::with_settings(GuardSettings { margin, ..GuardSettings::default() });
             guarded.planner.optimizer.terminal_horizons = terminal;
-            score(&drive(&mut guarded, &series, &system, recovery), MigrationMode::Live)
+            let decisions = drive_native(&mut guarded, &series, &system, recovery, INTERVAL_MS, HORIZON)
+                .expect("the native policy does not fail on a profiled model");
+            score(&decisions, MigrationMode::Live)
         })
         .collect();
     Case {

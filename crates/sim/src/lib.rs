@@ -48,11 +48,13 @@
 mod baselines;
 pub mod cadence;
 pub mod peers;
+mod native;
 mod planned;
 
 pub use baselines::{
     ArtifactIssue, ArtifactReplay, ArtifactStrategy, IssueReason, artifact, ideal, ideal_samples, reactive,
 };
+pub use native::drive_native;
 pub use parcae_policy_core::liveput::MigrationMode;
 pub use peers::{Peer, PeerConstants, PeerError, PeerRun, PeerSettings};
 pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_under, plan_steps};

@@ -9,8 +9,8 @@ use parcae_policy_core::plan::{self, TransitionCache};
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::{
-    ArtifactStrategy, MigrationMode, Prices, SimResult, artifact, ideal, liveput_truth_under, oracle,
-    oracle_under, reactive, simulate, simulate_under,
+    ArtifactStrategy, MigrationMode, Prices, SimResult, artifact, drive_native, ideal, liveput_truth_under,
+    oracle, oracle_under, reactive, simulate, simulate_under,
 };
 use parcae_traces::Trace;
 
@@ -333,56 +333,6 @@ fn reactive_restart_of_the_segments_matches_the_artifact() {
     }
 }
 
-/// A native policy (predictor and optimizer) driven over `series` as the
-/// host drives a guest: at interval `k` it sees the history up to `k`,
-/// forecasts `horizon - 1` more intervals and plans from the layout that ran;
-/// a first step that does not fit pauses.
-fn drive<P>(
-    policy: &mut P,
-    series: &[IntervalStats],
-    horizon: u32,
-    profile: &ModelProfile,
-    recovery: Recovery,
-) -> Vec<Option<ParallelConfig>>
-where
-    P: parcae_policy_core::Predictor + parcae_policy_core::Optimizer,
-{
-    use parcae_policy_core::{OptimizeRequest, PredictRequest};
-    let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
-    let mut fleet_min = u32::MAX;
-    let mut current = None;
-    let mut decisions = Vec::with_capacity(series.len());
-    for (k, stats) in series.iter().enumerate() {
-        fleet_min = fleet_min.min(stats.instances);
-        let predicted = policy
-            .predict(&PredictRequest {
-                history: series[..=k].to_vec(),
-                horizon: horizon - 1,
-                interval_ms: T,
-                fleet_min,
-                fleet_max,
-            })
-            .unwrap();
-        let mut forecast = vec![*stats];
-        forecast.extend(predicted);
-        let plan = policy
-            .optimize(&OptimizeRequest {
-                forecast,
-                instances_now: stats.instances,
-                current,
-                interval_ms: T,
-                profile: profile.clone(),
-                recovery,
-            })
-            .unwrap();
-        let chosen = plan.steps.first().and_then(|s| s.config);
-        let config = chosen.filter(|c| c.instances() <= u64::from(stats.instances));
-        decisions.push(config);
-        current = config;
-    }
-    decisions
-}
-
 /// The issue 16 table: % of the Oracle for each row, per trace, model and
 /// notice. Run with `cargo test -p parcae-sim --test traces recovery_table
 /// -- --ignored --nocapture`.
@@ -439,8 +389,14 @@ fn recovery_table() {
                         &liveput_truth_under(&profile, &series, T, H as usize, recovery).unwrap(),
                         MigrationMode::Live,
                     ),
-                    run(&drive(&mut arima, &series, H, &profile, recovery), MigrationMode::Live),
-                    run(&drive(&mut robust, &series, H, &profile, recovery), MigrationMode::Live),
+                    run(
+                        &drive_native(&mut arima, &series, &profile, recovery, T, H).unwrap(),
+                        MigrationMode::Live,
+                    ),
+                    run(
+                        &drive_native(&mut robust, &series, &profile, recovery, T, H).unwrap(),
+                        MigrationMode::Live,
+                    ),
                 ];
                 let pct: Vec<String> = rows.iter().map(|r| format!("{:>6.1}%", 100.0 * r / best)).collect();
                 println!("{trace_name:<6} {model:<9} {:>4.0} s  {}", notice_ms / 1000.0, pct.join("  "));
