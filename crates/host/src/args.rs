@@ -191,9 +191,7 @@ impl NoticeArgs {
             return Ok(Notice { seconds, source: "--notice-seconds" });
         }
         let path = trace.to_string_lossy().to_ascii_lowercase();
-        let has = |word: &str| {
-            path.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| part == word)
-        };
+        let has = |word: &str| path.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| part == word);
         Ok(if has("aws") {
             Notice { seconds: 120.0, source: "AWS spot (from the trace path)" }
         } else if has("gcp") || has("google") {
@@ -207,7 +205,11 @@ impl NoticeArgs {
 
     /// The recovery rules for `trace` under `constants` (the checkpoint write
     /// rate comes from the constants file).
-    pub fn recovery_for(&self, trace: &Path, constants: &CostConstants) -> anyhow::Result<(Recovery, Notice)> {
+    pub fn recovery_for(
+        &self,
+        trace: &Path,
+        constants: &CostConstants,
+    ) -> anyhow::Result<(Recovery, Notice)> {
         let notice = self.notice_for(trace)?;
         Ok((constants.recovery(notice.seconds * 1000.0)?, notice))
     }

@@ -4,7 +4,9 @@
 //! one step (`run` calls it live); [`replay`] runs it over a whole trace for
 //! `replay`, `bench`, `provision` and `bench-migration`.
 
-use parcae_policy_core::{IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest, Recovery};
+use parcae_policy_core::{
+    IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest, Recovery,
+};
 use parcae_runtime::{Answer, GuardedPolicy, Source};
 use serde::Serialize;
 

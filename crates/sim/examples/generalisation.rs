@@ -16,8 +16,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use parcae_policy_core::guard::{GuardSettings, GuardedLiveput};
 use parcae_policy_core::ParallelConfig;
+use parcae_policy_core::guard::{GuardSettings, GuardedLiveput};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
 use parcae_sim::peers::{self, PeerConstants};

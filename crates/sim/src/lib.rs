@@ -47,8 +47,8 @@
 
 mod baselines;
 pub mod cadence;
-pub mod peers;
 mod native;
+pub mod peers;
 mod planned;
 
 pub use baselines::{

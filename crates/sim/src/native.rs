@@ -7,7 +7,8 @@
 //! and its fallback.
 
 use parcae_policy_core::{
-    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest, Predictor, Recovery,
+    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest, Predictor,
+    Recovery,
 };
 
 /// The decisions `policy` makes over `series`, one per interval; an error
@@ -46,7 +47,11 @@ pub fn drive_native<P: Predictor + Optimizer>(
                 recovery,
             })
             .map_err(|e| format!("interval {k}: optimize: {e}"))?;
-        current = plan.steps.first().and_then(|s| s.config).filter(|c| c.instances() <= u64::from(observed.instances));
+        current = plan
+            .steps
+            .first()
+            .and_then(|s| s.config)
+            .filter(|c| c.instances() <= u64::from(observed.instances));
         decisions.push(current);
     }
     Ok(decisions)

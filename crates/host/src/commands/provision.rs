@@ -419,7 +419,15 @@ fn simulate_candidate(
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
     let decisions = replay(series, profile, policy, &settings, |_| {});
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
-    Ok(parcae_sim::simulate_under(profile, series, interval_ms, &configs, prices, MigrationMode::Live, recovery)?)
+    Ok(parcae_sim::simulate_under(
+        profile,
+        series,
+        interval_ms,
+        &configs,
+        prices,
+        MigrationMode::Live,
+        recovery,
+    )?)
 }
 
 /// Everything `provision` found, for `--json`.
@@ -612,9 +620,16 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         };
         let mut policy = policies.guarded();
         let (recovery, _) = args.notice.recovery_for(&l.offer.trace, &constants)?;
-        let result =
-            simulate_candidate(&l.profile, &series, interval_ms, l.prices, &mut policy, args.horizon, recovery)
-                .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
+        let result = simulate_candidate(
+            &l.profile,
+            &series,
+            interval_ms,
+            l.prices,
+            &mut policy,
+            args.horizon,
+            recovery,
+        )
+        .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
         let t = &result.totals;
         let usd_per_hour = if t.hours > 0.0 { t.instance_hours * price / t.hours } else { 0.0 };
         let (completion_hours, extrapolated, usd) = outcome(&result, interval_ms, price, goal);

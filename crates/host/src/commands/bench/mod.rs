@@ -224,7 +224,9 @@ mod tests {
             ..BenchSettings::new(60_000, 8, vec![Baseline::Ideal], prices)
         };
         // The example model has no published peer figures: rows skipped, said so.
-        let bench = bench_trace(&trace, &profile, &[], &settings, Recovery::UNANNOUNCED, &ProgressBar::hidden()).unwrap();
+        let bench =
+            bench_trace(&trace, &profile, &[], &settings, Recovery::UNANNOUNCED, &ProgressBar::hidden())
+                .unwrap();
         let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["ideal", "on-demand"]);
         assert!(
@@ -241,7 +243,9 @@ mod tests {
         constants.varuna.models.insert("tiny-gpt".into(), varuna);
         constants.oobleck.models.insert("tiny-gpt".into(), oobleck);
         let settings = BenchSettings { peer_constants: Some(constants), ..settings };
-        let bench = bench_trace(&trace, &profile, &[], &settings, Recovery::UNANNOUNCED, &ProgressBar::hidden()).unwrap();
+        let bench =
+            bench_trace(&trace, &profile, &[], &settings, Recovery::UNANNOUNCED, &ProgressBar::hidden())
+                .unwrap();
         let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["ideal", "bamboo", "varuna", "oobleck", "on-demand"]);
         for row in &bench.rows {

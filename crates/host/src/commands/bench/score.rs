@@ -11,8 +11,8 @@ use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_runtime::{GuardedPolicy, PolicyComponent};
 use parcae_sim::peers::BambooSpeed;
 use parcae_sim::{
-    ArtifactReplay, ArtifactStrategy, IssueReason, MigrationMode, Peer, PeerConstants, PeerError, PeerSettings,
-    Prices, SimResult,
+    ArtifactReplay, ArtifactStrategy, IssueReason, MigrationMode, Peer, PeerConstants, PeerError,
+    PeerSettings, Prices, SimResult,
 };
 use parcae_traces::{IntervalSeries, Trace};
 use serde::Serialize;
@@ -232,16 +232,28 @@ pub fn bench_trace(
              costing {:.1}% of throughput; an unannounced loss rolls back half of that",
             system.checkpoint_interval_ms / 1000.0,
             intervals.iter().filter(|s| s.preemptions > 0).count(),
-            100.0 * (1.0 - system.configs.first().map_or(1.0, |c| {
-                c.samples_per_second / profile.configs[0].samples_per_second
-            }))
+            100.0
+                * (1.0
+                    - system
+                        .configs
+                        .first()
+                        .map_or(1.0, |c| { c.samples_per_second / profile.configs[0].samples_per_second }))
         ));
     }
     let simulate_as = |decisions: &[Option<ParallelConfig>], what: &str, mode: MigrationMode| {
-        parcae_sim::simulate_under(&system, intervals, interval_ms, decisions, settings.prices, mode, recovery)
-            .with_context(|| format!("{name}: scoring {what}"))
+        parcae_sim::simulate_under(
+            &system,
+            intervals,
+            interval_ms,
+            decisions,
+            settings.prices,
+            mode,
+            recovery,
+        )
+        .with_context(|| format!("{name}: scoring {what}"))
     };
-    let simulate = |decisions: &[Option<ParallelConfig>], what: &str| simulate_as(decisions, what, MigrationMode::Live);
+    let simulate =
+        |decisions: &[Option<ParallelConfig>], what: &str| simulate_as(decisions, what, MigrationMode::Live);
     let baseline_row = |name: &str, result: SimResult| Row {
         name: name.to_string(),
         spec: None,
@@ -276,9 +288,14 @@ pub fn bench_trace(
 
     if wants(Baseline::LiveputTruth) {
         step("liveput-truth");
-        let decisions =
-            parcae_sim::liveput_truth_under(&system, intervals, interval_ms, settings.horizon as usize, recovery)
-            .with_context(|| format!("{name}: planning liveput-truth"))?;
+        let decisions = parcae_sim::liveput_truth_under(
+            &system,
+            intervals,
+            interval_ms,
+            settings.horizon as usize,
+            recovery,
+        )
+        .with_context(|| format!("{name}: planning liveput-truth"))?;
         rows.push(baseline_row("liveput-truth", simulate(&decisions, "liveput-truth")?));
         progress.inc(1);
     }
@@ -350,16 +367,25 @@ pub fn bench_trace(
         });
         for (peer, row_name, peer_constants) in runs {
             step(row_name);
-            let run = parcae_sim::peers::run(peer, profile, intervals, peer_constants, &peer_settings, notice_ms);
+            let run =
+                parcae_sim::peers::run(peer, profile, intervals, peer_constants, &peer_settings, notice_ms);
             progress.inc(1);
             match run {
                 Ok(run) => {
-                    notes.extend(run.notes.iter().map(|n| if row_name == peer.as_str() { n.clone() } else { format!("{row_name}: {n}") }));
-                    rows.push(Row { kind: RowKind::Peer, peer: Some(peer), ..baseline_row(row_name, run.result) });
+                    notes.extend(run.notes.iter().map(|n| {
+                        if row_name == peer.as_str() { n.clone() } else { format!("{row_name}: {n}") }
+                    }));
+                    rows.push(Row {
+                        kind: RowKind::Peer,
+                        peer: Some(peer),
+                        ..baseline_row(row_name, run.result)
+                    });
                 }
                 // No published figures for this model: say so, skip the row.
                 Err(e @ PeerError::MissingModel { .. }) => notes.push(format!("{e}: row skipped")),
-                Err(e) => return Err(anyhow::Error::from(e).context(format!("{name}: simulating {row_name}"))),
+                Err(e) => {
+                    return Err(anyhow::Error::from(e).context(format!("{name}: simulating {row_name}")));
+                }
             }
         }
     }

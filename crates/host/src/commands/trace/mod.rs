@@ -104,7 +104,8 @@ fn synth(
     output: &Path,
     input: &TraceInput,
 ) -> anyhow::Result<()> {
-    let name = output.file_stem().map_or_else(|| "synthetic".to_string(), |s| s.to_string_lossy().into_owned());
+    let name =
+        output.file_stem().map_or_else(|| "synthetic".to_string(), |s| s.to_string_lossy().into_owned());
     let spec = match (scenario, like) {
         (Some(scenario), _) => scenario.parse::<Scenario>().map_err(anyhow::Error::msg)?.spec(hours, seed),
         (None, Some(like)) => {
