@@ -180,7 +180,6 @@ fn brute_force(
     steps: &[Step],
     interval_ms: u64,
 ) -> f64 {
-    #[allow(clippy::too_many_arguments)]
     fn go(
         profile: &ModelProfile,
         steps: &[Step],
@@ -229,7 +228,6 @@ fn assert_self_consistent(
     assert_consistent_with(profile, current, carried_ms, steps, interval_ms, plan);
 }
 
-#[allow(clippy::too_many_arguments)]
 fn assert_consistent_with(
     profile: &ModelProfile,
     current: Option<ParallelConfig>,
@@ -1071,7 +1069,6 @@ fn scenarios_of(s: &Step, churn: &[Churn]) -> Vec<(f64, Step)> {
 }
 
 /// The probability-weighted `liveput()` of one interval over its scenarios.
-#[allow(clippy::too_many_arguments)]
 fn mixed_value_of(
     profile: &ModelProfile,
     from: Option<ParallelConfig>,
@@ -1099,7 +1096,7 @@ fn brute_force_mixed(
     churn: &[Vec<Churn>],
     interval_ms: u64,
 ) -> (f64, Vec<Option<ParallelConfig>>) {
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, reason = "a recursive search: the inputs, the position and the best so far")]
     fn go(
         profile: &ModelProfile,
         steps: &[Step],

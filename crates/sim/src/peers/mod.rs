@@ -283,7 +283,7 @@ fn train(samples_per_second: f64, busy_ms: f64, interval_ms: f64) -> (f64, f64) 
 }
 
 /// A record of one interval whose reconfiguration is deterministic.
-#[allow(clippy::too_many_arguments)] // the fields of one record
+#[allow(clippy::too_many_arguments, reason = "the fields of one record")]
 fn record(
     interval: usize,
     stats: IntervalStats,
