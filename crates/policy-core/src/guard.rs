@@ -205,7 +205,10 @@ mod tests {
             instances_now: observed.instances,
             current,
             interval_ms: 60_000,
-            profile: toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0), (4, 2, 44.0), (1, 1, 8.0)], 600_000.0),
+            profile: toy_profile(
+                &[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0), (4, 2, 44.0), (1, 1, 8.0)],
+                600_000.0,
+            ),
             recovery: crate::Recovery::UNANNOUNCED,
         }
     }

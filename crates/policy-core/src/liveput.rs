@@ -955,7 +955,10 @@ pub fn restart_busy_ms(o: &Outcome, carried_ms: f64) -> f64 {
 /// lost work ([`lost_samples`]) of an outcome that rolls back, leftover
 /// `max(0, busy - T)`. A pause trains nothing and lets the carried time run
 /// out (lost work still lost).
-#[allow(clippy::too_many_arguments, reason = "the deployment, the transition's six fields, the interval and carry")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the deployment, the transition's six fields, the interval and carry"
+)]
 pub fn restart_liveput(
     profile: &ModelProfile,
     recovery: &Recovery,
@@ -985,7 +988,10 @@ pub fn restart_liveput(
 }
 
 /// [`liveput`] or [`restart_liveput`], as `mode` says.
-#[allow(clippy::too_many_arguments, reason = "the mode, the deployment, the transition's six fields, the interval and carry")]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the mode, the deployment, the transition's six fields, the interval and carry"
+)]
 pub fn liveput_with_mode(
     mode: MigrationMode,
     profile: &ModelProfile,

@@ -169,7 +169,14 @@ mod tests {
             IntervalStats { instances: 4, arrivals: 0, preemptions: 2 },
             IntervalStats { instances: 7, arrivals: 3, preemptions: 0 },
         ];
-        let r = OptimizeRequest { forecast, instances_now: 6, current: None, interval_ms: 1000, profile, recovery: crate::Recovery::UNANNOUNCED };
+        let r = OptimizeRequest {
+            forecast,
+            instances_now: 6,
+            current: None,
+            interval_ms: 1000,
+            profile,
+            recovery: crate::Recovery::UNANNOUNCED,
+        };
         assert_eq!(
             steps_of(&r),
             vec![

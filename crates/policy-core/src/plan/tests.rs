@@ -2,6 +2,8 @@
 //! of every plan, identical numbers to `liveput()`, conventions (pauses, cold
 //! starts, ties), cache behaviour, odd inputs, and timings.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::liveput::liveput;
 use crate::{ConfigProfile, Recovery, StagePartition, TransferPoint};
@@ -1096,7 +1098,10 @@ fn brute_force_mixed(
     churn: &[Vec<Churn>],
     interval_ms: u64,
 ) -> (f64, Vec<Option<ParallelConfig>>) {
-    #[allow(clippy::too_many_arguments, reason = "a recursive search: the inputs, the position and the best so far")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a recursive search: the inputs, the position and the best so far"
+    )]
     fn go(
         profile: &ModelProfile,
         steps: &[Step],
