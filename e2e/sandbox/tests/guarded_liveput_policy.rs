@@ -40,8 +40,13 @@ fn run_guest_against_native(model: &str, all: &[IntervalStats], recovery: Recove
     let (mut current, mut max_fuel, mut reactive_led) = (None, 0, 0);
     for k in 0..all.len() {
         fleet_min = fleet_min.min(all[k].instances);
-        let predict =
-            PredictRequest { history: all[..=k].to_vec(), horizon: 7, interval_ms: 60_000, fleet_min, fleet_max };
+        let predict = PredictRequest {
+            history: all[..=k].to_vec(),
+            horizon: 7,
+            interval_ms: 60_000,
+            fleet_min,
+            fleet_max,
+        };
         let forecast = guest.predict(&predict).expect("guest forecast");
         assert_eq!(forecast, native.predict(&predict).unwrap(), "{model} interval {k}");
         max_fuel = max_fuel.max(guest.last_fuel_used());
@@ -75,9 +80,11 @@ fn guest_matches_native_within_the_fuel_budget() {
     let aws = constants().recovery(120_000.0).unwrap();
     let p3 = trace("data/traces/aws-p3/p3-events.csv");
     let mut used = Vec::new();
-    for (model, recovery, name) in
-        [("gpt-1.5b", aws, "notice 120 s"), ("gpt-6.7b", aws, "notice 120 s"), ("gpt-1.5b", Recovery::UNANNOUNCED, "unannounced")]
-    {
+    for (model, recovery, name) in [
+        ("gpt-1.5b", aws, "notice 120 s"),
+        ("gpt-6.7b", aws, "notice 120 s"),
+        ("gpt-1.5b", Recovery::UNANNOUNCED, "unannounced"),
+    ] {
         let (fuel, _) = run_guest_against_native(model, &p3[..240], recovery);
         assert!(fuel < budget / 2, "{model} {name}: the heaviest call used {fuel} of {budget} fuel");
         used.push(format!("{model} {name}: {:.1}%", 100.0 * fuel as f64 / budget as f64));
