@@ -180,7 +180,7 @@ struct Steps {
 }
 
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg_attr(not(test), allow(dead_code, reason = "only tests build the variants other than `PerCall`"))]
 enum Penalties {
     Off,
     /// Worked out afresh for each forecast (what [`Arima`] does).

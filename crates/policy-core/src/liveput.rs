@@ -435,40 +435,117 @@ pub struct LiveputValue {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LiveputError {
     /// A layout with zero replicas or zero stages.
-    ZeroDegree { config: ParallelConfig },
+    ZeroDegree {
+        /// The degenerate layout.
+        config: ParallelConfig,
+    },
     /// More instances than [`MAX_INSTANCES`].
-    TooManyInstances { instances: u64 },
+    TooManyInstances {
+        /// Instances asked for.
+        instances: u64,
+    },
     /// More instances preempted than were alive.
-    PreemptedAboveInstances { preempted: u32, instances: u32 },
+    PreemptedAboveInstances {
+        /// Instances said to be preempted.
+        preempted: u32,
+        /// Instances alive before the interval.
+        instances: u32,
+    },
     /// The old layout needs more instances than were alive.
-    FromDoesNotFit { from: ParallelConfig, instances: u32 },
+    FromDoesNotFit {
+        /// The old layout.
+        from: ParallelConfig,
+        /// Instances alive before the interval.
+        instances: u32,
+    },
     /// The new layout needs more instances than are alive after the interval.
-    ToDoesNotFit { to: ParallelConfig, available: u64 },
+    ToDoesNotFit {
+        /// The new layout.
+        to: ParallelConfig,
+        /// Instances alive after the interval's churn.
+        available: u64,
+    },
     /// The new (or, for lost work, the old) layout is not in the profile.
-    UnknownConfig { config: ParallelConfig },
+    UnknownConfig {
+        /// The unprofiled layout.
+        config: ParallelConfig,
+    },
     /// The profile has no partition for this pipeline depth.
-    MissingPartition { stages: u32 },
+    MissingPartition {
+        /// The pipeline depth without a partition.
+        stages: u32,
+    },
     /// A partition that cannot be used (lengths do not match its depth...).
-    BadPartition { stages: u32, reason: String },
+    BadPartition {
+        /// Pipeline depth of the bad partition.
+        stages: u32,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The partitions of two depths do not split the same model.
-    InconsistentPartitions { from_stages: u32, to_stages: u32, reason: String },
+    InconsistentPartitions {
+        /// Depth of the old layout's partition.
+        from_stages: u32,
+        /// Depth of the new layout's partition.
+        to_stages: u32,
+        /// How they disagree.
+        reason: String,
+    },
     /// A profile figure that is negative or not finite.
-    BadProfileValue { field: String, value: f64 },
+    BadProfileValue {
+        /// Name of the profile field (with the layout when per-layout).
+        field: String,
+        /// The rejected value.
+        value: f64,
+    },
     /// An interval length or carried time that is negative or not finite.
-    BadTime { what: &'static str, value: f64 },
+    BadTime {
+        /// Which time (interval length or carried migration).
+        what: &'static str,
+        /// The rejected value, ms.
+        value: f64,
+    },
     /// `survivors_per_stage` does not have one entry per old stage.
-    SurvivorsLength { expected: u32, got: usize },
+    SurvivorsLength {
+        /// Stages of the old layout.
+        expected: u32,
+        /// Survivor counts given.
+        got: usize,
+    },
     /// More survivors in a stage than it had replicas.
-    SurvivorsAboveDegree { stage: usize, survivors: u32, degree: u32 },
+    SurvivorsAboveDegree {
+        /// Index of the offending stage.
+        stage: usize,
+        /// Survivors given for it.
+        survivors: u32,
+        /// Replicas the stage had (the old data-parallel degree).
+        degree: u32,
+    },
     /// A preempted instance number outside `0..instances_before`.
-    BadInstanceId { id: u32, instances: u32 },
+    BadInstanceId {
+        /// The out-of-range instance number.
+        id: u32,
+        /// Instances alive before the interval.
+        instances: u32,
+    },
     /// The same instance preempted twice.
-    DuplicateInstanceId { id: u32 },
+    DuplicateInstanceId {
+        /// The repeated instance number.
+        id: u32,
+    },
     /// The exact computation lost all precision (should not happen).
-    Numerical { reason: &'static str },
+    Numerical {
+        /// Which step of the computation failed.
+        reason: &'static str,
+    },
     /// Churn probabilities of an interval that are negative, not finite, or
     /// sum above 1 ([`crate::plan::best_plan_hedged`]).
-    BadChurn { interval: usize, probability: f64 },
+    BadChurn {
+        /// Index of the interval in the plan horizon.
+        interval: usize,
+        /// The rejected probability (or their sum).
+        probability: f64,
+    },
 }
 
 impl std::fmt::Display for LiveputError {
@@ -671,7 +748,7 @@ pub fn transition_distribution_under(
 /// `mode` says: [`transition_distribution_under`] for
 /// [`MigrationMode::Live`], [`restart_transition`] for
 /// [`MigrationMode::RestartOnChange`].
-#[allow(clippy::too_many_arguments)] // the mode, the deployment and the transition's six fields
+#[allow(clippy::too_many_arguments, reason = "the mode, the deployment and the transition's six fields")]
 pub fn transition_distribution_in(
     mode: MigrationMode,
     profile: &ModelProfile,
@@ -755,7 +832,7 @@ pub fn expected_transition(
 /// `max(0, carried_ms - T)` is carried on, and lost work is still lost.
 /// Resuming later pays a cold start. Both results are expectations over the
 /// outcomes.
-#[allow(clippy::too_many_arguments)] // the transition's six fields plus the interval and carry
+#[allow(clippy::too_many_arguments, reason = "the transition's six fields plus the interval and carry")]
 pub fn liveput(
     profile: &ModelProfile,
     recovery: &Recovery,
@@ -878,7 +955,10 @@ pub fn restart_busy_ms(o: &Outcome, carried_ms: f64) -> f64 {
 /// lost work ([`lost_samples`]) of an outcome that rolls back, leftover
 /// `max(0, busy - T)`. A pause trains nothing and lets the carried time run
 /// out (lost work still lost).
-#[allow(clippy::too_many_arguments)] // the deployment, the transition's six fields, the interval and carry
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the deployment, the transition's six fields, the interval and carry"
+)]
 pub fn restart_liveput(
     profile: &ModelProfile,
     recovery: &Recovery,
@@ -908,7 +988,10 @@ pub fn restart_liveput(
 }
 
 /// [`liveput`] or [`restart_liveput`], as `mode` says.
-#[allow(clippy::too_many_arguments)] // the mode, the deployment, the transition's six fields, the interval and carry
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the mode, the deployment, the transition's six fields, the interval and carry"
+)]
 pub fn liveput_with_mode(
     mode: MigrationMode,
     profile: &ModelProfile,

@@ -4,8 +4,11 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct IntervalStats {
+    /// Instances alive at the end of the interval; what a layout must fit in.
     pub instances: u32,
+    /// Instances that joined during the interval; they cost a scale-up.
     pub arrivals: u32,
+    /// Instances the cloud took back during the interval; they cost a migration.
     pub preemptions: u32,
 }
 
@@ -34,11 +37,14 @@ impl IntervalStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ParallelConfig {
+    /// Data-parallel degree D: pipeline replicas (>= 1).
     pub data_parallel: u32,
+    /// Pipeline depth P: stages per replica (>= 1).
     pub pipeline_stages: u32,
 }
 
 impl ParallelConfig {
+    /// A `data_parallel` x `pipeline_stages` layout, usable in `const` tables.
     pub const fn new(data_parallel: u32, pipeline_stages: u32) -> Self {
         Self { data_parallel, pipeline_stages }
     }
@@ -59,11 +65,17 @@ impl std::fmt::Display for ParallelConfig {
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConfigProfile {
+    /// The layout this entry describes.
     pub config: ParallelConfig,
+    /// Training throughput (global batch / iteration time), what liveput weighs.
     pub samples_per_second: f64,
+    /// Time of one iteration (one global batch), ms.
     pub iteration_ms: f64,
+    /// Communication-group rebuild when the layout is formed by adding instances, ms.
     pub comm_rebuild_add_ms: f64,
+    /// Communication-group rebuild when the layout is formed after removals, ms.
     pub comm_rebuild_remove_ms: f64,
+    /// Time to instantiate the model for one stage of this layout, ms.
     pub model_build_ms: f64,
 }
 
@@ -71,8 +83,12 @@ pub struct ConfigProfile {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct StagePartition {
+    /// Pipeline depth P this partition is for.
     pub pipeline_stages: u32,
+    /// Model layers held by each stage, in stage order (length P).
     pub layers_per_stage: Vec<u32>,
+    /// Training-state bytes (parameters plus optimizer moments) per stage, in
+    /// stage order (length P); what a migration moves.
     pub state_bytes_per_stage: Vec<u64>,
 }
 
@@ -80,7 +96,9 @@ pub struct StagePartition {
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct TransferPoint {
+    /// Message size, bytes.
     pub bytes: u64,
+    /// Time to move it between two instances, microseconds.
     pub micros: f64,
 }
 
@@ -88,16 +106,27 @@ pub struct TransferPoint {
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ModelProfile {
+    /// Model name as in the profile file, for messages and reports.
     pub model: String,
+    /// Samples in one global batch; constant across layouts.
     pub global_batch_size: u32,
+    /// Samples in one micro-batch.
     pub micro_batch_size: u32,
+    /// Every profiled layout; a plan may only use these.
     pub configs: Vec<ConfigProfile>,
+    /// One stage partition per pipeline depth in `configs`.
     pub partitions: Vec<StagePartition>,
+    /// Point-to-point transfer curve, sorted by `bytes`; prices state moves.
     pub transfer_curve: Vec<TransferPoint>,
+    /// Time for workers to agree on a new layout, ms.
     pub rendezvous_ms: f64,
+    /// Time to start a worker process on a new instance, ms.
     pub process_start_ms: f64,
+    /// Model-specific time a scale-up pays on top of the rendezvous, ms.
     pub add_extra_ms: f64,
+    /// Extra time a restart from checkpoint pays over a live migration, ms.
     pub checkpoint_restart_ms: f64,
+    /// Time between periodic checkpoints, ms; bounds the work a restart loses.
     pub checkpoint_interval_ms: f64,
 }
 
@@ -119,6 +148,8 @@ impl ModelProfile {
 pub struct PlanStep {
     /// `None` pauses training for the interval.
     pub config: Option<ParallelConfig>,
+    /// Net samples the step adds after migration costs; negative when a
+    /// restart rolls back more than the interval trains.
     pub expected_samples: f64,
 }
 
@@ -126,6 +157,7 @@ pub struct PlanStep {
 #[derive(Debug, Clone, PartialEq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Plan {
+    /// Exactly one step per forecast interval, nearest first.
     pub steps: Vec<PlanStep>,
 }
 
@@ -140,10 +172,15 @@ impl Plan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PredictRequest {
+    /// Observed intervals, oldest first; the last is the one starting now.
     pub history: Vec<IntervalStats>,
+    /// Intervals to forecast after the last history entry (>= 1).
     pub horizon: u32,
+    /// Length of one interval, ms.
     pub interval_ms: u64,
+    /// Smallest fleet size seen so far (instances).
     pub fleet_min: u32,
+    /// Largest fleet the job may hold; forecasts above it are invalid.
     pub fleet_max: u32,
 }
 
@@ -151,10 +188,17 @@ pub struct PredictRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct OptimizeRequest {
+    /// Availability of the intervals to plan, nearest first; the first is
+    /// the interval starting now, as observed, the rest are forecast.
     pub forecast: Vec<IntervalStats>,
+    /// Instances alive now; the first step's layout must fit in these.
     pub instances_now: u32,
+    /// Layout of the interval that just ended (`None` before start or while
+    /// paused); where the first step's migration starts from.
     pub current: Option<ParallelConfig>,
+    /// Length of one interval, ms.
     pub interval_ms: u64,
+    /// The model and cluster cost profile.
     pub profile: ModelProfile,
     /// How a stage that loses every holder is recovered (the cloud's notice).
     pub recovery: crate::Recovery,

@@ -7,19 +7,70 @@ use crate::{IntervalStats, OptimizeRequest, Plan, PredictRequest};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Invalid {
     /// The answer has the wrong number of entries.
-    WrongLength { expected: usize, got: usize },
+    WrongLength {
+        /// Entries the request asked for.
+        expected: usize,
+        /// Entries the policy returned.
+        got: usize,
+    },
     /// A forecast step exceeds the fleet's maximum size.
-    AboveFleetMax { step: usize, instances: u32, fleet_max: u32 },
+    AboveFleetMax {
+        /// Index of the offending forecast step.
+        step: usize,
+        /// Instances the step forecasts.
+        instances: u32,
+        /// Largest fleet the job may hold.
+        fleet_max: u32,
+    },
     /// A forecast step does not follow from the one before it.
-    Inconsistent { step: usize, previous: u32, arrivals: u32, preemptions: u32, instances: u32 },
+    Inconsistent {
+        /// Index of the offending forecast step.
+        step: usize,
+        /// Instances of the step before (the last observed one for step 0).
+        previous: u32,
+        /// Arrivals the step claims.
+        arrivals: u32,
+        /// Preemptions the step claims.
+        preemptions: u32,
+        /// Instances the step claims, which `previous + arrivals - preemptions` contradicts.
+        instances: u32,
+    },
     /// A plan step names a layout that was never profiled.
-    UnknownConfig { step: usize, data_parallel: u32, pipeline_stages: u32 },
+    UnknownConfig {
+        /// Index of the offending plan step.
+        step: usize,
+        /// Data-parallel degree of the unknown layout.
+        data_parallel: u32,
+        /// Pipeline depth of the unknown layout.
+        pipeline_stages: u32,
+    },
     /// A plan step needs more instances than are available then.
-    TooManyInstances { step: usize, needed: u64, available: u32 },
+    TooManyInstances {
+        /// Index of the offending plan step.
+        step: usize,
+        /// Instances the step's layout occupies.
+        needed: u64,
+        /// Instances available in that step.
+        available: u32,
+    },
     /// A plan step's expected samples is not finite or physically impossible.
-    ImplausibleSamples { step: usize, expected: f64, floor: f64, ceiling: f64 },
+    ImplausibleSamples {
+        /// Index of the offending plan step.
+        step: usize,
+        /// Samples the step claims.
+        expected: f64,
+        /// Lowest plausible value (the worst checkpoint rollback).
+        floor: f64,
+        /// Highest plausible value (peak throughput for a whole interval).
+        ceiling: f64,
+    },
     /// A paused step claims to train samples.
-    PausedWithSamples { step: usize, expected: f64 },
+    PausedWithSamples {
+        /// Index of the offending plan step.
+        step: usize,
+        /// Samples the paused step claims.
+        expected: f64,
+    },
 }
 
 impl std::fmt::Display for Invalid {

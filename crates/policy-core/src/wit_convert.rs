@@ -55,6 +55,7 @@ macro_rules! impl_wit_conversions {
 /// Conversion between a core type and its generated twin: identity for plain
 /// values, element-wise for lists and options, field-wise for records.
 pub trait Convert<T> {
+    /// The twin of `self`; lossless both ways, so a round trip is the identity.
     fn convert(self) -> T;
 }
 

@@ -128,6 +128,7 @@ pub struct ArtifactIssue {
     pub strategy: Strategy,
     /// Instances the series has in that interval.
     pub instances: u32,
+    /// Why it could not be replayed.
     pub reason: IssueReason,
 }
 
@@ -152,6 +153,7 @@ impl std::fmt::Display for ArtifactIssue {
 /// The artifact's decisions for one strategy, mapped onto a series.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArtifactReplay {
+    /// Which of the artifact's recorded strategies this replays.
     pub strategy: ArtifactStrategy,
     /// One per interval of the series; `None` where the recorded layout could
     /// not be used ([`ArtifactReplay::issues`]) or nothing was recorded.

@@ -78,10 +78,15 @@ pub struct Prices {
 /// A probability (or an expected count) per migration kind.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct KindProbabilities {
+    /// Nothing to do: same layout, no stage lost a replica (or a pause).
     pub none: f64,
+    /// Every stage keeps enough replicas: regroup, rebuild communicators.
     pub intra_stage: f64,
+    /// A stage kept too few replicas (but one): its state is copied.
     pub inter_stage: f64,
+    /// The pipeline depth changes: layers move to new stage boundaries.
     pub repartition: f64,
+    /// A stage lost every replica, or a cold start: reload the checkpoint.
     pub restart: f64,
 }
 
@@ -129,7 +134,9 @@ pub struct IntervalRecord {
     pub interval: usize,
     /// Instances alive during the interval (after the events at its start).
     pub instances: u32,
+    /// Instances that joined at the interval's start.
     pub arrivals: u32,
+    /// Instances preempted at the interval's start.
     pub preemptions: u32,
     /// Layout run in the interval; `None`: paused.
     pub config: Option<ParallelConfig>,
@@ -161,8 +168,11 @@ pub struct IntervalRecord {
 /// Expected number of reconfigurations of each kind over a run.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct MigrationCounts {
+    /// Regroupings within stages (no state copied).
     pub intra_stage: f64,
+    /// Migrations that copy a stage's state to new replicas.
     pub inter_stage: f64,
+    /// Changes of pipeline depth.
     pub repartition: f64,
     /// Restarts from checkpoint, cold starts (first start, resume after a
     /// pause) included; see [`Totals::cold_starts`].
@@ -210,7 +220,9 @@ pub struct Totals {
 /// A scored run: one record per interval and the totals.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimResult {
+    /// One record per interval of the series, in order.
     pub intervals: Vec<IntervalRecord>,
+    /// The run's figures, summed over `intervals`.
     pub totals: Totals,
 }
 
@@ -241,28 +253,52 @@ pub enum SimError {
     ZeroInterval,
     /// Not one decision per interval.
     #[error("{decisions} decisions for a series of {intervals} intervals")]
-    Length { decisions: usize, intervals: usize },
+    Length {
+        /// Decisions given.
+        decisions: usize,
+        /// Intervals in the series.
+        intervals: usize,
+    },
     /// A layout that needs more instances than are alive.
     #[error("interval {interval}: layout {config} needs {} instances, only {instances} are alive", config.instances())]
-    DoesNotFit { interval: usize, config: ParallelConfig, instances: u32 },
+    DoesNotFit {
+        /// Interval of the series.
+        interval: usize,
+        /// The layout decided.
+        config: ParallelConfig,
+        /// Instances alive in that interval.
+        instances: u32,
+    },
     /// A layout the profile does not have.
     #[error("interval {interval}: layout {config} is not in the profile")]
-    NotProfiled { interval: usize, config: ParallelConfig },
+    NotProfiled {
+        /// Interval of the series.
+        interval: usize,
+        /// The layout decided.
+        config: ParallelConfig,
+    },
     /// The series breaks `instances = previous + arrivals - preemptions`.
     #[error(
         "interval {interval}: inconsistent series: {instances_before} alive before, +{arrivals} -{preemptions}, but {instances} after"
     )]
     InconsistentSeries {
+        /// Interval of the series.
         interval: usize,
+        /// Instances of the interval before.
         instances_before: u32,
+        /// Arrivals the interval records.
         arrivals: u32,
+        /// Preemptions the interval records.
         preemptions: u32,
+        /// Instances the interval records, which the others contradict.
         instances: u32,
     },
     /// The cost model refused the transition.
     #[error("interval {interval}: cost model: {source}")]
     CostModel {
+        /// Interval of the series.
         interval: usize,
+        /// The cost model's reason.
         #[source]
         source: LiveputError,
     },

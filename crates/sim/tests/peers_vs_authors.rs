@@ -24,7 +24,7 @@ fn root() -> PathBuf {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Authors {
-    #[allow(dead_code)] // provenance, for readers
+    #[allow(dead_code, reason = "provenance, for readers")]
     source: String,
     model: String,
     tolerance_points: f64,
@@ -47,9 +47,9 @@ struct Figure {
     trace: String,
     /// The authors' simulator: percent of its own ideal (a known bug set aside).
     authors_percent: f64,
-    #[allow(dead_code)] // provenance, for readers
+    #[allow(dead_code, reason = "provenance, for readers")]
     as_released_percent: f64,
-    #[allow(dead_code)] // provenance, for readers
+    #[allow(dead_code, reason = "provenance, for readers")]
     simulator: String,
     /// Expected ours-minus-theirs, points, when a known difference explains it.
     #[serde(default)]

@@ -7,17 +7,21 @@
 //! host for its Oracle and benchmarks); this crate binds them to the WIT world
 //! and keeps the optimizer's transition cache alive between calls.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "full-policy",
-});
+/// Rust bindings of the `full-policy` world of `wit/policy.wit`.
+#[allow(missing_docs, reason = "generated bindings")]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "full-policy",
+    });
+}
 
 use std::cell::RefCell;
 
-use exports::parcae::policy::optimizer as wit_optimizer;
-use exports::parcae::policy::predictor as wit_predictor;
-use parcae::policy::log::{Level, log};
-use parcae::policy::types as wit;
+use bindings::exports::parcae::policy::optimizer as wit_optimizer;
+use bindings::exports::parcae::policy::predictor as wit_predictor;
+use bindings::parcae::policy::log::{Level, log};
+use bindings::parcae::policy::types as wit;
 use parcae_policy_core::arima::Arima;
 use parcae_policy_core::optimizer::Liveput;
 use parcae_policy_core::wit_convert::Convert;
@@ -60,4 +64,4 @@ impl wit_optimizer::Guest for ArimaLiveput {
 // Only a Wasm build exports the interfaces: natively the export names (which
 // contain `:` and `/`) are not valid linker symbols, and nothing calls them.
 #[cfg(target_arch = "wasm32")]
-export!(ArimaLiveput);
+bindings::export!(ArimaLiveput with_types_in bindings);

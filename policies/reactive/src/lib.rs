@@ -4,15 +4,19 @@
 //! costs. The logic lives in `parcae-policy-core`, shared with the host's
 //! built-in fallback; this crate only binds it to the WIT world.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "full-policy",
-});
+/// Rust bindings of the `full-policy` world of `wit/policy.wit`.
+#[allow(missing_docs, reason = "generated bindings")]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "full-policy",
+    });
+}
 
-use exports::parcae::policy::optimizer as wit_optimizer;
-use exports::parcae::policy::predictor as wit_predictor;
-use parcae::policy::log::{Level, log};
-use parcae::policy::types as wit;
+use bindings::exports::parcae::policy::optimizer as wit_optimizer;
+use bindings::exports::parcae::policy::predictor as wit_predictor;
+use bindings::parcae::policy::log::{Level, log};
+use bindings::parcae::policy::types as wit;
 use parcae_policy_core::reactive::{Persistence, ThroughputOptimal};
 use parcae_policy_core::wit_convert::Convert;
 use parcae_policy_core::{Optimizer, Predictor};
@@ -41,4 +45,4 @@ impl wit_optimizer::Guest for Reactive {
 // Only a Wasm build exports the interfaces: natively the export names (which
 // contain `:` and `/`) are not valid linker symbols, and nothing calls them.
 #[cfg(target_arch = "wasm32")]
-export!(Reactive);
+bindings::export!(Reactive with_types_in bindings);

@@ -10,17 +10,21 @@
 //! record can only carry integer counts), and the optimizer keeps its
 //! transition cache in it.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "full-policy",
-});
+/// Rust bindings of the `full-policy` world of `wit/policy.wit`.
+#[allow(missing_docs, reason = "generated bindings")]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "full-policy",
+    });
+}
 
 use std::cell::RefCell;
 
-use exports::parcae::policy::optimizer as wit_optimizer;
-use exports::parcae::policy::predictor as wit_predictor;
-use parcae::policy::log::{Level, log};
-use parcae::policy::types as wit;
+use bindings::exports::parcae::policy::optimizer as wit_optimizer;
+use bindings::exports::parcae::policy::predictor as wit_predictor;
+use bindings::parcae::policy::log::{Level, log};
+use bindings::parcae::policy::types as wit;
 use parcae_policy_core::robust::RobustLiveput;
 use parcae_policy_core::wit_convert::Convert;
 use parcae_policy_core::{Optimizer, Predictor};
@@ -71,4 +75,4 @@ impl wit_optimizer::Guest for Robust {
 // Only a Wasm build exports the interfaces: natively the export names (which
 // contain `:` and `/`) are not valid linker symbols, and nothing calls them.
 #[cfg(target_arch = "wasm32")]
-export!(Robust);
+bindings::export!(Robust with_types_in bindings);

@@ -584,7 +584,7 @@ const RECOVERIES: [Recovery; 4] = [
 /// Restart-on-change's cost of one scenario, written from its rules: the
 /// live model's restart (type from the surviving holders), or nothing when
 /// nothing happened; lost work as the live model's.
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "the model, the live cost and the scenario's five fields")]
 fn restart_on_change_scenario(
     model: &Model,
     live: &ScenarioCost,
@@ -676,7 +676,10 @@ fn exact_matches_enumeration_of_every_subset() {
 
 /// Every subset of `n_out` preempted instances, scored one by one, against
 /// the exact distributions of live migration and restart-on-change.
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the deployment, the transition's fields and the coverage tally"
+)]
 fn check_against_enumeration(
     p: &ModelProfile,
     rec: &Recovery,
@@ -762,7 +765,10 @@ impl SplitMix64 {
 
 /// Monte Carlo estimate: means and standard errors of each metric, from
 /// `draws` uniform subsets of `n_out` of `n_all` instances.
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the model, the transition's fields, the draw count and the seed"
+)]
 fn monte_carlo(
     p: &ModelProfile,
     model: &Model,

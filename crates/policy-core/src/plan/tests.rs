@@ -2,6 +2,8 @@
 //! of every plan, identical numbers to `liveput()`, conventions (pauses, cold
 //! starts, ties), cache behaviour, odd inputs, and timings.
 
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::liveput::liveput;
 use crate::{ConfigProfile, Recovery, StagePartition, TransferPoint};
@@ -180,7 +182,6 @@ fn brute_force(
     steps: &[Step],
     interval_ms: u64,
 ) -> f64 {
-    #[allow(clippy::too_many_arguments)]
     fn go(
         profile: &ModelProfile,
         steps: &[Step],
@@ -229,7 +230,6 @@ fn assert_self_consistent(
     assert_consistent_with(profile, current, carried_ms, steps, interval_ms, plan);
 }
 
-#[allow(clippy::too_many_arguments)]
 fn assert_consistent_with(
     profile: &ModelProfile,
     current: Option<ParallelConfig>,
@@ -1071,7 +1071,6 @@ fn scenarios_of(s: &Step, churn: &[Churn]) -> Vec<(f64, Step)> {
 }
 
 /// The probability-weighted `liveput()` of one interval over its scenarios.
-#[allow(clippy::too_many_arguments)]
 fn mixed_value_of(
     profile: &ModelProfile,
     from: Option<ParallelConfig>,
@@ -1099,7 +1098,10 @@ fn brute_force_mixed(
     churn: &[Vec<Churn>],
     interval_ms: u64,
 ) -> (f64, Vec<Option<ParallelConfig>>) {
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a recursive search: the inputs, the position and the best so far"
+    )]
     fn go(
         profile: &ModelProfile,
         steps: &[Step],

@@ -28,9 +28,13 @@ pub struct PeerConstants {
     /// Overall provenance, free text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// Bamboo's figures.
     pub bamboo: BambooConstants,
+    /// Varuna's figures.
     pub varuna: VarunaConstants,
+    /// Oobleck's figures.
     pub oobleck: OobleckConstants,
+    /// The on-demand reference's settings.
     pub on_demand: OnDemandConstants,
 }
 
@@ -105,11 +109,13 @@ pub struct VarunaConstants {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VarunaModel {
+    /// The model of the published measurements this entry stands for.
     pub paper_model: String,
     /// A restart from a checkpoint in a new configuration, ms.
     pub restart_ms: f64,
     /// Writing one checkpoint (training waits), ms.
     pub checkpoint_ms: f64,
+    /// Where the numbers come from.
     pub source: String,
 }
 
@@ -143,9 +149,11 @@ pub enum OobleckReconfiguration {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OobleckModel {
+    /// The model of the published measurements this entry stands for.
     pub paper_model: String,
     /// Re-instantiating pipelines from templates and surviving replicas, ms.
     pub reconfigure_ms: f64,
+    /// Where the numbers come from.
     pub source: String,
 }
 

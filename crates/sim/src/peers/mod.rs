@@ -83,9 +83,13 @@ use crate::{IntervalRecord, KindProbabilities, Prices, SimError, SimResult};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Peer {
+    /// Bamboo (NSDI'23): redundant computation, no migration.
     Bamboo,
+    /// Varuna (EuroSys'22): periodic checkpoints, restart on every fleet change.
     Varuna,
+    /// Oobleck (SOSP'23): pipeline templates, `f + 1` replicas.
     Oobleck,
+    /// A fixed on-demand fleet: the no-preemption reference.
     OnDemand,
 }
 
@@ -133,6 +137,7 @@ impl PeerSettings {
 /// A peer scored on one series.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PeerRun {
+    /// The peer simulated.
     pub peer: Peer,
     /// Per-interval records and totals, as for any decision sequence.
     pub result: SimResult,
@@ -146,13 +151,25 @@ pub struct PeerRun {
 pub enum PeerError {
     /// The constants have no entry for the profile's model.
     #[error("{peer}: the peer constants have no entry for model `{model}` (they have: {})", available.join(", "))]
-    MissingModel { peer: Peer, model: String, available: Vec<String> },
+    MissingModel {
+        /// The peer whose constants lack the model.
+        peer: Peer,
+        /// The profile's model name.
+        model: String,
+        /// The models the constants have.
+        available: Vec<String>,
+    },
     /// Invalid constants.
     #[error("peer constants: {0}")]
     Constants(#[from] ConstantsError),
     /// A scenario given to [`bamboo_with_victims`] that does not fit the series.
     #[error("bamboo: interval {interval}: bad victims {reason}")]
-    BadVictims { interval: usize, reason: String },
+    BadVictims {
+        /// Interval of the series.
+        interval: usize,
+        /// What is wrong with its victims.
+        reason: String,
+    },
     /// A simulation error (inconsistent series, cost model...).
     #[error(transparent)]
     Sim(#[from] SimError),
@@ -283,7 +300,7 @@ fn train(samples_per_second: f64, busy_ms: f64, interval_ms: f64) -> (f64, f64) 
 }
 
 /// A record of one interval whose reconfiguration is deterministic.
-#[allow(clippy::too_many_arguments)] // the fields of one record
+#[allow(clippy::too_many_arguments, reason = "the fields of one record")]
 fn record(
     interval: usize,
     stats: IntervalStats,

@@ -1,0 +1,500 @@
+//! The dynamic program: per interval and state, the Pareto front of
+//! `(value so far, leftover)` pairs over the plans that reach it, built from
+//! the previous interval's fronts with `liveput()`'s arithmetic; then the best
+//! final pair, traced back into a plan. See the module documentation of
+//! [`super`] for why it is exact.
+
+use super::PlannedStep;
+use super::cache::{CacheStats, DistributionStore, OutcomeTerms, table_key};
+use super::layouts::{PlanContext, tie_order};
+use super::pruning::{pruned_states, tries_predecessor};
+use super::scenarios::Mixture;
+use super::{PlanOptions, Step};
+use crate::ParallelConfig;
+use crate::liveput::LiveputError;
+
+/// One pair of a Pareto front, with its back pointer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Point {
+    /// Expected samples from the first interval to this one.
+    value: f64,
+    /// Expected leftover carried out of this interval, ms.
+    leftover: f64,
+    /// Expected samples of this interval.
+    samples: f64,
+    /// State of this interval (layout index, or `S` for a pause).
+    state: u32,
+    /// Index of the predecessor pair in the arena (`u32::MAX` for the start).
+    pred: u32,
+}
+
+/// The program's buffers, kept in the [`super::TransitionCache`] so that
+/// repeated calls do not reallocate them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Work {
+    /// Arena of every front's pairs.
+    points: Vec<Point>,
+    /// `(start, len)` in `points` per interval and state.
+    ranges: Vec<(usize, usize)>,
+    /// Fronts of the previous interval, per state.
+    prev: Vec<(usize, usize)>,
+    /// Candidate pairs with a positive leftover.
+    scratch: Vec<Point>,
+    /// Per scenario of the current interval: its table of distributions.
+    scenarios: Vec<ScenarioTable>,
+    /// Per scenario of the current transition: where its outcomes lie.
+    outcomes: Vec<ScenarioOutcomes>,
+    /// Predecessor states with a front, in the order they are tried.
+    live: Vec<usize>,
+}
+
+/// One scenario of an interval and the distribution table of its step.
+#[derive(Debug, Clone, Copy)]
+struct ScenarioTable {
+    /// Probability of the scenario.
+    probability: f64,
+    /// The scenario's step.
+    step: Step,
+    /// Index of its `(from, to)` table in the store.
+    table: usize,
+}
+
+/// One scenario's outcomes of a transition: `outs[start..end]` of the store.
+#[derive(Debug, Clone, Copy)]
+struct ScenarioOutcomes {
+    /// Probability of the scenario.
+    weight: f64,
+    /// First outcome.
+    start: usize,
+    /// One past the last outcome.
+    end: usize,
+}
+
+/// What one planning call has checked and prepared for the program.
+pub(super) struct Horizon<'a> {
+    /// Scenarios of each interval.
+    pub(super) mixtures: &'a [Mixture],
+    /// Instances after each interval's change (every scenario ends there).
+    pub(super) afters: &'a [u64],
+    /// Length of one interval, ms.
+    pub(super) interval_ms: f64,
+    /// Layout running before the first interval.
+    pub(super) current: Option<ParallelConfig>,
+    /// Migration time still to run before the first interval, ms.
+    pub(super) carried_ms: f64,
+}
+
+/// The best plan over `horizon`, one step per interval.
+pub(super) fn run(
+    ctx: &PlanContext<'_>,
+    horizon: &Horizon<'_>,
+    options: PlanOptions,
+    store: &mut DistributionStore,
+    work: &mut Work,
+) -> Result<Vec<PlannedStep>, LiveputError> {
+    let program = Program::new(ctx, horizon, options);
+    program.start(horizon, work);
+    for (i, (mix, &after)) in horizon.mixtures.iter().zip(horizon.afters).enumerate() {
+        program.advance(i, mix, after, store, work)?;
+    }
+    let best = program
+        .best_final_pair(work)
+        .ok_or(LiveputError::Numerical { reason: "no plan reaches the last interval" })?;
+    Ok(program.trace_back(&work.points, best, horizon.mixtures.len()))
+}
+
+/// What every interval of one run shares.
+struct Program<'a> {
+    /// The profile, the recovery rules and the layouts.
+    ctx: &'a PlanContext<'a>,
+    /// Length of one interval, ms.
+    interval_ms: f64,
+    /// Largest front kept, the terminal value and the pruning knobs.
+    options: PlanOptions,
+    /// The pause's state index (`S`); there are `S + 1` states.
+    pause: usize,
+    /// Every state in the order that breaks ties ([`tie_order`]).
+    order: Vec<usize>,
+    /// The state of `current`: its layout, or the pause when it is none or
+    /// not in the profile.
+    start_state: usize,
+    /// With pruning, per interval and state whether it may be chosen.
+    allowed: Option<Vec<bool>>,
+}
+
+impl<'a> Program<'a> {
+    fn new(ctx: &'a PlanContext<'a>, horizon: &Horizon<'_>, options: PlanOptions) -> Self {
+        let layouts = &ctx.layouts;
+        let pause = layouts.len();
+        let start_state =
+            horizon.current.and_then(|c| layouts.iter().position(|k| k.config == c)).unwrap_or(pause);
+        let allowed = (layouts.len() > options.prune_above).then(|| {
+            let start = (start_state != pause).then_some(start_state);
+            pruned_states(layouts, start, horizon.mixtures, horizon.afters, options)
+        });
+        Program {
+            ctx,
+            interval_ms: horizon.interval_ms,
+            options,
+            pause,
+            order: tie_order(layouts),
+            start_state,
+            allowed,
+        }
+    }
+
+    fn n_states(&self) -> usize {
+        self.pause + 1
+    }
+
+    /// Empty the buffers and seed the front of the start state with the
+    /// single pair (nothing trained, `carried_ms` to run).
+    fn start(&self, horizon: &Horizon<'_>, work: &mut Work) {
+        let n_states = self.n_states();
+        work.points.clear();
+        work.ranges.clear();
+        work.ranges.resize(horizon.mixtures.len() * n_states, (0, 0));
+        work.prev.clear();
+        work.prev.resize(n_states, (0, 0));
+        work.points.push(Point {
+            value: 0.0,
+            leftover: horizon.carried_ms,
+            samples: 0.0,
+            state: self.start_state as u32,
+            pred: u32::MAX,
+        });
+        work.prev[self.start_state] = (0, 1);
+    }
+
+    /// Build the fronts of interval `i` (scenarios `mix`, `after` instances
+    /// after its change) from those of the interval before.
+    fn advance(
+        &self,
+        i: usize,
+        mix: &Mixture,
+        after: u64,
+        store: &mut DistributionStore,
+        work: &mut Work,
+    ) -> Result<(), LiveputError> {
+        let n_states = self.n_states();
+        work.scenarios.clear();
+        for &(probability, step) in mix {
+            let table = store.table(table_key(step), n_states * n_states);
+            work.scenarios.push(ScenarioTable { probability, step, table });
+        }
+        let before = u64::from(mix.first().map_or(0, |m| m.1.instances_before));
+        self.order_predecessors(work);
+        for t in 0..n_states {
+            let range = if self.may_choose(i, t, after) {
+                self.front(t, before, store, work)?
+            } else {
+                (work.points.len(), 0)
+            };
+            work.ranges[i * n_states + t] = range;
+        }
+        work.prev.copy_from_slice(&work.ranges[i * n_states..(i + 1) * n_states]);
+        // Back pointers are `u32` (at most `(S + 1) x MAX_FRONT` more pairs
+        // per step).
+        if work.points.len().saturating_add(n_states.saturating_mul(self.options.max_front))
+            >= u32::MAX as usize
+        {
+            return Err(LiveputError::Numerical { reason: "plan too long for the program's arena" });
+        }
+        Ok(())
+    }
+
+    /// The states with a front in the previous interval, in the order they are
+    /// tried as predecessors: the tie order, or, when pruning, the most
+    /// valuable first (the others are tried only for a layout of the same
+    /// depth, the pause always).
+    fn order_predecessors(&self, work: &mut Work) {
+        let Work { points, prev, live, .. } = work;
+        live.clear();
+        live.extend(self.order.iter().copied().filter(|&f| prev[f].1 > 0));
+        if self.allowed.is_some() {
+            let peak = |f: usize| points[prev[f].0 + prev[f].1 - 1].value;
+            live.sort_by(|&a, &b| peak(b).total_cmp(&peak(a)));
+        }
+    }
+
+    /// Whether state `t` may be chosen in interval `i`: not pruned, and a
+    /// layout that fits the `after` instances (the pause always fits).
+    fn may_choose(&self, i: usize, t: usize, after: u64) -> bool {
+        let pruned = self.allowed.as_ref().is_some_and(|a| !a[i * self.n_states() + t]);
+        !pruned && (t == self.pause || self.ctx.layouts[t].instances <= after)
+    }
+
+    /// The predecessors tried for state `t`: staying first, then `live` in
+    /// order (the first of equal pairs wins).
+    fn predecessors<'w>(&'w self, live: &'w [usize], t: usize) -> impl Iterator<Item = usize> + 'w {
+        let pruning = self.allowed.is_some();
+        let others = live.iter().copied().enumerate().filter(move |&(rank, f)| {
+            f != t && (!pruning || tries_predecessor(&self.ctx.layouts, rank, f, t))
+        });
+        std::iter::once(t).chain(others.map(|(_, f)| f))
+    }
+
+    /// Most samples one interval in state `t` can yield (no migration, nothing
+    /// lost), with room for rounding: the sums over outcomes cannot exceed it.
+    fn most_samples(&self, t: usize) -> f64 {
+        if t == self.pause {
+            0.0
+        } else {
+            self.ctx.layouts[t].thr * self.interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9
+        }
+    }
+
+    /// Build the front of state `t` in the current interval (whose change
+    /// starts from `before` instances), append it to the arena and return its
+    /// `(start, len)`.
+    fn front(
+        &self,
+        t: usize,
+        before: u64,
+        store: &mut DistributionStore,
+        work: &mut Work,
+    ) -> Result<(usize, usize), LiveputError> {
+        let Work { points, prev, scratch, scenarios, outcomes, live, .. } = work;
+        let layouts = &self.ctx.layouts;
+        let n_states = self.n_states();
+        scratch.clear();
+        let mut found = Found { best: None, with_leftover: &mut *scratch };
+        let bound = self.most_samples(t);
+        for f in self.predecessors(live, t) {
+            let (start, len) = prev[f];
+            if len == 0 {
+                continue;
+            }
+            // A predecessor whose most valuable pair, plus the most one
+            // interval can train in `t`, cannot beat the best pair without
+            // leftover found so far: every pair it yields would be dropped, so
+            // skip it before looking up (or computing) its transition. Exact:
+            // the plan is the same, only faster.
+            if found.dominated(points[start + len - 1].value + bound) {
+                store.stats.pruned += 1;
+                continue;
+            }
+            // A layout that does not fit the instances before the change
+            // (inconsistent steps, or `current`) counts as nothing running.
+            let from = (f != self.pause && layouts[f].instances <= before).then_some(f);
+            let slot = from.unwrap_or(self.pause) * n_states + t;
+            outcomes.clear();
+            for s in scenarios.iter() {
+                let (o_start, o_len) = store.entry(s.table, slot, self.ctx, s.step, from, t)?;
+                outcomes.push(ScenarioOutcomes {
+                    weight: s.probability,
+                    start: o_start,
+                    end: o_start + o_len,
+                });
+            }
+            let preds = &points[start..start + len];
+            if t == self.pause {
+                let samples = pause_samples(&store.outs, outcomes);
+                found.offer_pauses(preds, start, samples, self.interval_ms, t);
+            } else {
+                let into = Move { outs: &store.outs, scenarios: outcomes, thr: layouts[t].thr };
+                found.offer_moves(preds, start, &into, self.interval_ms, t);
+            }
+        }
+        let best = found.best;
+        Ok(commit_front(points, best, scratch, self.options.max_front, &mut store.stats))
+    }
+
+    /// The best pair of the last interval: most value (with the terminal
+    /// value, if any), then least leftover, then `current`, then the tie
+    /// order. `None` when no front is left (cannot happen: the pause always
+    /// fits).
+    fn best_final_pair(&self, work: &Work) -> Option<usize> {
+        let points = &work.points;
+        let mut best: Option<usize> = None;
+        let final_order = std::iter::once(self.start_state)
+            .filter(|&f| f != self.pause)
+            .chain(self.order.iter().copied().filter(|&f| f != self.start_state || f == self.pause));
+        for f in final_order {
+            let (start, len) = work.prev[f];
+            for k in start..start + len {
+                let p = &points[k];
+                let better = best.is_none_or(|b| {
+                    let b = &points[b];
+                    let (pv, bv) = (self.final_value(p), self.final_value(b));
+                    pv > bv || (pv == bv && p.leftover < b.leftover)
+                });
+                if better {
+                    best = Some(k);
+                }
+            }
+        }
+        best
+    }
+
+    /// A final pair's value; with a terminal value, the last layout is also
+    /// credited with what it trains over `terminal_ms` after the horizon,
+    /// once its leftover is done.
+    fn final_value(&self, p: &Point) -> f64 {
+        let terminal_ms = self.options.terminal_ms;
+        if terminal_ms > 0.0 {
+            let thr = self.ctx.layouts.get(p.state as usize).map_or(0.0, |l| l.thr);
+            p.value + thr * (terminal_ms - p.leftover).max(0.0) / 1000.0
+        } else {
+            p.value
+        }
+    }
+
+    /// The plan of `len` steps that ends in pair `last`, following the back
+    /// pointers.
+    fn trace_back(&self, points: &[Point], last: usize, len: usize) -> Vec<PlannedStep> {
+        let mut plan =
+            vec![PlannedStep { config: None, expected_samples: 0.0, expected_leftover_ms: 0.0 }; len];
+        let mut at = last;
+        for slot in plan.iter_mut().rev() {
+            let p = points[at];
+            *slot = PlannedStep {
+                config: self.ctx.layouts.get(p.state as usize).map(|c| c.config),
+                expected_samples: p.samples,
+                expected_leftover_ms: p.leftover,
+            };
+            at = p.pred as usize;
+        }
+        plan
+    }
+}
+
+/// The transition into one layout: its outcomes per scenario and the
+/// layout's throughput.
+struct Move<'a> {
+    /// The store's outcomes.
+    outs: &'a [OutcomeTerms],
+    /// Where each scenario's outcomes lie in `outs`.
+    scenarios: &'a [ScenarioOutcomes],
+    /// Throughput of the layout moved into, samples/s.
+    thr: f64,
+}
+
+impl Move<'_> {
+    /// `liveput()` of the transition, operation for operation, with `carried`
+    /// ms in flight: `(samples, leftover)`. One scenario: exactly its numbers;
+    /// several: the probability-weighted sum of theirs.
+    fn value(&self, carried: f64, interval_ms: f64) -> (f64, f64) {
+        let single = self.scenarios.len() == 1;
+        let (mut samples, mut leftover) = (0.0f64, 0.0f64);
+        for s in self.scenarios {
+            let (mut part, mut left) = (0.0f64, 0.0f64);
+            for o in &self.outs[s.start..s.end] {
+                let busy = carried.min(o.abandon) + o.d;
+                let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
+                part += o.p * (trained - o.lost);
+                left += o.p * (busy - interval_ms).max(0.0);
+            }
+            if single {
+                (samples, leftover) = (part, left);
+            } else {
+                samples += s.weight * part;
+                leftover += s.weight * left;
+            }
+        }
+        (samples, leftover)
+    }
+}
+
+/// `liveput()` of a pause: nothing trained, the in-flight migration runs on,
+/// the lost work still lost; weighted over the scenarios as [`Move::value`].
+fn pause_samples(outs: &[OutcomeTerms], scenarios: &[ScenarioOutcomes]) -> f64 {
+    let single = scenarios.len() == 1;
+    let mut samples = 0.0f64;
+    for s in scenarios {
+        let mut part = 0.0f64;
+        for o in &outs[s.start..s.end] {
+            part -= o.p * o.lost;
+        }
+        samples += if single { part } else { s.weight * part };
+    }
+    samples
+}
+
+/// The candidate pairs of one front as they are found: the best pair without
+/// leftover, and the pairs with a leftover that beat it when they were found.
+struct Found<'s> {
+    /// Most valuable pair without leftover so far.
+    best: Option<Point>,
+    /// Pairs with a positive leftover.
+    with_leftover: &'s mut Vec<Point>,
+}
+
+impl Found<'_> {
+    /// Whether a pair of `value` would be dropped: it is no better than the
+    /// best pair without leftover.
+    fn dominated(&self, value: f64) -> bool {
+        self.best.is_some_and(|b| value <= b.value)
+    }
+
+    fn offer(&mut self, point: Point) {
+        if point.leftover == 0.0 {
+            self.best = Some(point);
+        } else {
+            self.with_leftover.push(point);
+        }
+    }
+
+    /// Offer the pairs of pausing in state `t` after each pair of a
+    /// predecessor's front (`preds`, from arena index `first`).
+    fn offer_pauses(&mut self, preds: &[Point], first: usize, samples: f64, interval_ms: f64, t: usize) {
+        for (k, q) in preds.iter().enumerate() {
+            let value = q.value + samples;
+            if self.dominated(value) {
+                continue;
+            }
+            let leftover = (q.leftover - interval_ms).max(0.0);
+            self.offer(Point { value, leftover, samples, state: t as u32, pred: (first + k) as u32 });
+        }
+    }
+
+    /// Offer the pairs of moving into layout `t` after each pair of a
+    /// predecessor's front (`preds`, from arena index `first`).
+    fn offer_moves(&mut self, preds: &[Point], first: usize, into: &Move<'_>, interval_ms: f64, t: usize) {
+        for (k, q) in preds.iter().enumerate() {
+            let (samples, leftover) = into.value(q.leftover, interval_ms);
+            let value = q.value + samples;
+            if self.dominated(value) {
+                continue;
+            }
+            self.offer(Point { value, leftover, samples, state: t as u32, pred: (first + k) as u32 });
+        }
+    }
+}
+
+/// Append the front to the arena: the best pair without leftover, then the
+/// pairs with more leftover and strictly more value, in leftover order,
+/// thinned to `max_front` pairs (both ends kept). Returns its `(start, len)`.
+fn commit_front(
+    points: &mut Vec<Point>,
+    best: Option<Point>,
+    with_leftover: &mut [Point],
+    max_front: usize,
+    stats: &mut CacheStats,
+) -> (usize, usize) {
+    let base = points.len();
+    let mut top = f64::NEG_INFINITY;
+    if let Some(b) = best {
+        top = b.value;
+        points.push(b);
+    }
+    if !with_leftover.is_empty() {
+        with_leftover.sort_by(|a, b| a.leftover.total_cmp(&b.leftover).then(b.value.total_cmp(&a.value)));
+        for p in with_leftover.iter() {
+            if p.value > top {
+                top = p.value;
+                points.push(*p);
+            }
+        }
+    }
+    let len = points.len() - base;
+    stats.largest_front = stats.largest_front.max(len);
+    if len > max_front {
+        stats.front_truncations += 1;
+        for k in 0..max_front {
+            points[base + k] = points[base + k * (len - 1) / (max_front - 1)];
+        }
+        points.truncate(base + max_front);
+    }
+    (base, points.len() - base)
+}
