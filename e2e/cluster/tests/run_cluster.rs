@@ -34,7 +34,16 @@ fn a_preempted_run_ends_with_the_parameters_of_an_uninterrupted_one() {
     let log = run_host(
         &dir,
         &trace,
-        &["--wall-seconds-per-interval", "4", "--intervals", "6", "--checkpoint-every", "5", "--unannounced", "n1"],
+        &[
+            "--wall-seconds-per-interval",
+            "4",
+            "--intervals",
+            "6",
+            "--checkpoint-every",
+            "5",
+            "--unannounced",
+            "n1",
+        ],
         // A fault drill on top: every state transfer's first chunk arrives corrupted once.
         &[("PARCAE_DRILL_CORRUPT_FIRST_CHUNK", "1")],
     );
