@@ -39,6 +39,7 @@ where
     })
     .await
 }
+
 /// Awaits `fut`, failing with [`TransferError::Stalled`] (saying `what` was awaited) if it makes
 /// no progress within `after`, and tagging its error with the transfer id.
 pub(super) async fn with_stall<T, E>(
@@ -56,6 +57,7 @@ where
         Ok(Ok(v)) => Ok(v),
     }
 }
+
 /// Internal: errors from the various quinn/frame calls, tagged with the id later.
 pub(super) enum TransferErrorSource {
     /// A stream or the connection failed.

@@ -13,6 +13,7 @@ use super::{HoldoutReport, ProfileOptions, ProfilingError, TERMS};
 pub(super) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
+
 /// A placeholder the report holds until [`build_profile`] fills it in.
 pub(super) fn empty_profile() -> ProfileFile {
     ProfileFile {
@@ -32,12 +33,15 @@ pub(super) fn empty_profile() -> ProfileFile {
         layer_params: BTreeMap::new(),
     }
 }
+
+/// The layouts of `rows` as `(D,P)` pairs, for the `source` note.
 fn list(rows: &[&LayoutRow]) -> String {
     if rows.is_empty() {
         return "none".to_string();
     }
     rows.iter().map(|r| format!("({},{})", r.dp, r.pp)).collect::<Vec<_>>().join(" ")
 }
+
 /// The profile file for `report` (see `profiles/README.md` for the format).
 pub(super) fn build_profile(opts: &ProfileOptions, report: &ProfileReport) -> ProfileFile {
     let spec = &opts.spec;

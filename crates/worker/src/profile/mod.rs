@@ -6,12 +6,12 @@
 //! per slot), so this module
 //!
 //! 1. **measures** the real trainer: each candidate layout is trained in this process by
-//!    [`train_local`] (one thread per slot, one libtorch thread each, in-process links and
-//!    all-reduce), `warmup_steps` untimed steps, then `steps` timed ones, the layouts taking
-//!    turns step by step so that other load on the machine hits them alike (median, min, max);
-//!    in-process rather than worker processes because it needs no host, is deterministic and
-//!    runs exactly the compute code (`StageTrainer`) the workers run; the network is measured
-//!    separately (below);
+//!    [`train_local`](crate::local::train_local) (one thread per slot, one libtorch thread
+//!    each, in-process links and all-reduce), `warmup_steps` untimed steps, then `steps` timed
+//!    ones, the layouts taking turns step by step so that other load on the machine hits them
+//!    alike (median, min, max); in-process rather than worker processes because it needs no
+//!    host, is deterministic and runs exactly the compute code (`StageTrainer`) the workers
+//!    run; the network is measured separately (below);
 //! 2. **fits** a performance model in the spirit of CM-DARE's regression models: linear in six
 //!    per-layer compute and communication terms ([`TERMS`]) on the critical path of the GPipe
 //!    schedule, fitted by non-negative least squares on relative errors. The measurements of

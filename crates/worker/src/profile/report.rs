@@ -77,6 +77,7 @@ pub struct ProfileReport {
 pub(super) fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
+
 fn fmt_size(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
