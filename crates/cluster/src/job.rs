@@ -26,7 +26,9 @@ use crate::protocol::{Fetch, PeerAddress, Reconfiguration, SendLayer};
 /// was written in, plus a completion marker written last.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
+    /// The step training resumes from when restarting from it.
     pub step: u64,
+    /// Its root, holding the stage directories and the marker.
     pub dir: PathBuf,
     /// The layer ranges of its stage directories, in order.
     pub stages: Vec<Range<usize>>,
@@ -50,22 +52,43 @@ impl Checkpoint {
 pub struct WorkerContact {
     /// The name on its cluster certificate.
     pub name: String,
+    /// Where it listens for the host and its peers.
     pub addr: SocketAddr,
 }
 
 /// Why the job cannot move on as asked.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum JobError {
+    /// No valid migration plan from the current holdings to the target layout.
     #[error(transparent)]
     Migration(#[from] MigrationError),
+    /// A worker chosen for a slot never told the host where it listens.
     #[error("worker {0} is in the plan but the host has no address for it")]
     NoContact(WorkerId),
+    /// A restart needs a layer the newest checkpoint does not hold.
     #[error("layer {layer} must come from the checkpoint of step {step}, which has no stage holding it")]
-    CheckpointGap { layer: usize, step: u64 },
+    CheckpointGap {
+        /// The layer nothing can supply.
+        layer: usize,
+        /// The checkpoint's step.
+        step: u64,
+    },
+    /// The staying workers cannot park the leaving workers' state.
     #[error("the parking layout for {workers} workers: {reason}")]
-    Parking { workers: usize, reason: String },
+    Parking {
+        /// How many workers stay to hold the state.
+        workers: usize,
+        /// Why no one-replica layout fits them.
+        reason: String,
+    },
+    /// Some workers reported failure, so the epoch does not commit.
     #[error("reconfiguration epoch {epoch} failed on {}", failures.join("; "))]
-    ReconfigureFailed { epoch: u64, failures: Vec<String> },
+    ReconfigureFailed {
+        /// The epoch that failed.
+        epoch: u64,
+        /// One "worker: reason" line per failing worker.
+        failures: Vec<String>,
+    },
 }
 
 /// What the job should do about the layout at an iteration boundary.
@@ -82,20 +105,26 @@ pub enum ReconfigureDecision {
 /// One reconfiguration, ready to send.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconfigurePlan {
+    /// Tags every command and reply, so stale replies are told apart.
     pub epoch: u64,
+    /// The layout the job runs once the commands succeed.
     pub target: Layout,
+    /// Which layers move from where to where.
     pub migration: MigrationPlan,
     /// The step the job trains from afterwards (the checkpoint's on a restart).
     pub step: u64,
     /// Only moving state off leaving workers (no layout fits): pause afterwards.
     pub parking: bool,
+    /// One command per worker taking part.
     pub commands: BTreeMap<WorkerId, Reconfiguration>,
 }
 
 /// A worker's part of a finished reconfiguration.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct ReconfigureStats {
+    /// State bytes the worker sent to peers.
     pub bytes_sent: u64,
+    /// Chunks resent after a checksum mismatch or a lost stream.
     pub resent_chunks: u64,
 }
 
@@ -108,7 +137,9 @@ pub struct ReconfigureOutcome {
     pub rolled_back_steps: u64,
     /// Why they were undone (None when nothing was).
     pub rollback_cause: Option<RollbackCause>,
+    /// State bytes moved between workers, summed over all of them.
     pub bytes_sent: u64,
+    /// Chunks resent, summed over all workers (a sign of a lossy network).
     pub resent_chunks: u64,
 }
 
@@ -128,8 +159,10 @@ pub enum RollbackCause {
 pub enum StepReport {
     /// Computed; a last stage reports its summed loss.
     Computed {
+        /// The summed loss, only from a last stage.
         loss_sum: Option<f64>,
     },
+    /// Could not compute the step; the reason is reported with the abort.
     Failed(String),
 }
 
@@ -137,9 +170,15 @@ pub enum StepReport {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepVerdict {
     /// Every slot computed: commit everywhere. `loss_sum` over every last stage.
-    Commit { loss_sum: f64 },
+    Commit {
+        /// Summed loss over every last stage's micro-batches.
+        loss_sum: f64,
+    },
     /// Some slot failed: abort on the survivors, who stay at the last committed step.
-    Abort { reasons: Vec<String> },
+    Abort {
+        /// One line per failing worker.
+        reasons: Vec<String>,
+    },
 }
 
 /// The commit rule: commit only when every slot's worker computed the step.
@@ -197,6 +236,7 @@ pub fn effective_layout(
 pub struct JobState {
     /// The next step to train (= committed steps).
     pub step: u64,
+    /// The layout the slots follow (None before the first one, or paused).
     pub layout: Option<Layout>,
     /// The last reconfiguration's epoch.
     pub epoch: u64,
@@ -277,7 +317,10 @@ impl JobState {
     /// Decides what to do about the layout, given the layout that should run
     /// (`target`, from [`effective_layout`]), the workers that stay, and every
     /// connected worker's contact. An `Execute` plan takes the next epoch.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each input is an independent fact about the fleet; a struct would only rename them"
+    )]
     pub fn plan_reconfiguration(
         &mut self,
         spec: &ModelSpec,

@@ -19,15 +19,21 @@ const STATE_COPIES: u64 = 3;
 /// The GPT-style decoder both sides agree on, and the fixed global batch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelSpec {
+    /// Token vocabulary size (embedding rows and output logits).
     pub vocab: usize,
+    /// Width of the residual stream.
     pub d_model: usize,
+    /// Attention heads per block; must divide `d_model`.
     pub n_heads: usize,
+    /// Transformer blocks (the model has `n_blocks + 2` layers).
     pub n_blocks: usize,
+    /// Tokens per sequence.
     pub seq_len: usize,
     /// Sequences per optimizer step, whatever the configuration (gradient accumulation).
     pub global_batch: usize,
     /// Sequences per micro-batch; `global_batch / micro_batch` micro-batches per step.
     pub micro_batch: usize,
+    /// Adam's step size, the same on every stage.
     pub learning_rate: f64,
     /// Seeds parameter initialisation (per layer) and the synthetic data.
     pub seed: u64,
@@ -53,21 +59,57 @@ impl Default for ModelSpec {
 /// Why a spec or layout cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LayoutError {
+    /// The model spec itself is unusable.
     #[error("model spec field `{field}`: {reason}")]
-    Spec { field: &'static str, reason: String },
+    Spec {
+        /// The offending field's name in the spec.
+        field: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// The spec is fine but this (D, P) cannot be laid out over it.
     #[error("configuration D={d} P={p}: {reason}")]
-    Config { d: usize, p: usize, reason: String },
+    Config {
+        /// Data-parallel replicas asked for.
+        d: usize,
+        /// Pipeline stages asked for.
+        p: usize,
+        /// Why they do not fit the model or batch.
+        reason: String,
+    },
 }
 
 /// Why a model spec file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecFileError {
+    /// The file could not be read.
     #[error("reading model spec {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The spec file.
+        path: PathBuf,
+        /// The I/O failure.
+        source: std::io::Error,
+    },
+    /// The file is not JSON of the spec's shape.
     #[error("{path}: not a model spec (line {line}, column {column}): {reason}")]
-    Parse { path: PathBuf, line: usize, column: usize, reason: String },
+    Parse {
+        /// The spec file.
+        path: PathBuf,
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column of the error.
+        column: usize,
+        /// The parser's message.
+        reason: String,
+    },
+    /// The file parses but its values are unusable.
     #[error("model spec {path}: {source}")]
-    Invalid { path: PathBuf, source: LayoutError },
+    Invalid {
+        /// The spec file.
+        path: PathBuf,
+        /// Which field is wrong and why.
+        source: LayoutError,
+    },
 }
 
 impl ModelSpec {
@@ -214,15 +256,20 @@ fn greedy_cuts(weights: &[u64], p: usize, cap: u64) -> Option<Vec<Range<usize>>>
 /// One place in a configuration: data-parallel replica `replica`, pipeline stage `stage`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Slot {
+    /// Data-parallel replica index, `0..D`.
     pub replica: usize,
+    /// Pipeline stage index, `0..P`.
     pub stage: usize,
 }
 
 /// A (D, P) configuration laid out over a model: which layers each stage owns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
+    /// D: replicas, each training on its share of the micro-batches.
     pub data_parallel: usize,
+    /// P: stages per replica.
     pub pipeline_stages: usize,
+    /// The layer range each stage owns, in order, covering every layer once.
     pub stages: Vec<Range<usize>>,
 }
 

@@ -22,6 +22,7 @@ pub type WorkerId = u64;
 /// What an available worker holds before the reconfiguration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holding {
+    /// The worker this describes.
     pub worker: WorkerId,
     /// Layers whose current state the worker holds; empty for a worker that just joined.
     pub layers: Range<usize>,
@@ -32,6 +33,7 @@ pub struct Holding {
 /// Where a layer's state comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum TransferSource {
+    /// A live worker that holds it now (sent over QUIC).
     Worker(WorkerId),
     /// The last checkpoint (at step 0 that is the seeded initial state).
     Checkpoint,
@@ -40,9 +42,13 @@ pub enum TransferSource {
 /// One layer's state moving to a worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Transfer {
+    /// The layer whose state moves.
     pub layer: usize,
+    /// Who supplies it.
     pub from: TransferSource,
+    /// The worker whose new slot needs it.
     pub to: WorkerId,
+    /// Its size, for the cost model and the byte counters.
     pub bytes: u64,
 }
 
@@ -65,11 +71,13 @@ pub enum AssignmentStrategy {
 /// The complete recipe for one reconfiguration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MigrationPlan {
+    /// The costliest kind of move the plan makes (what the cost model charges for).
     pub kind: MigrationKind,
     /// The worker of every slot of the new layout, replica-major.
     pub assignment: Vec<(Slot, WorkerId)>,
     /// Workers left without a slot (they keep nothing and wait).
     pub idle: Vec<WorkerId>,
+    /// Every layer a worker must receive before the new layout can train.
     pub transfers: Vec<Transfer>,
     /// Bytes sent worker to worker.
     pub bytes_moved: u64,
@@ -87,14 +95,38 @@ impl MigrationPlan {
 /// Why no plan exists.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MigrationError {
+    /// The layout has more slots than there are staying workers.
     #[error("the layout needs {needed} workers but only {available} are available")]
-    TooFewWorkers { needed: usize, available: usize },
+    TooFewWorkers {
+        /// Slots in the layout.
+        needed: usize,
+        /// Workers that may take a slot.
+        available: usize,
+    },
+    /// The caller listed a worker twice, so its holding is ambiguous.
     #[error("worker {worker} appears twice among the available workers")]
-    DuplicateWorker { worker: WorkerId },
+    DuplicateWorker {
+        /// The repeated worker.
+        worker: WorkerId,
+    },
+    /// A worker claims layers the model does not have.
     #[error("layer range {start}..{end} of worker {worker} is outside the model's {layers} layers")]
-    BadHolding { worker: WorkerId, start: usize, end: usize, layers: usize },
+    BadHolding {
+        /// The worker claiming them.
+        worker: WorkerId,
+        /// First claimed layer.
+        start: usize,
+        /// One past the last claimed layer.
+        end: usize,
+        /// Layers in the model.
+        layers: usize,
+    },
+    /// The target layout has gaps or overlaps, so some layer has no owner.
     #[error("the layout's stages do not cover the model's {layers} layers contiguously")]
-    BadLayout { layers: usize },
+    BadLayout {
+        /// Layers in the model.
+        layers: usize,
+    },
 }
 
 fn overlap_bytes(layer_bytes: &[u64], a: &Range<usize>, b: &Range<usize>) -> u64 {

@@ -22,6 +22,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// The worker's first message on its control stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
+    /// The worker's [`PROTOCOL_VERSION`], checked before anything else is read.
     pub protocol: u32,
     /// The id the host gave a locally started worker; None for a worker that joined.
     pub worker: Option<WorkerId>,
@@ -34,7 +35,9 @@ pub struct Hello {
 /// The host's answer to [`Hello`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Welcome {
+    /// The worker's id for the rest of the job (assigned here to a joining worker).
     pub worker: WorkerId,
+    /// The model every worker builds, so all stages agree on shapes and seeds.
     pub spec: ModelSpec,
     /// How long a worker waits for a peer's activations, gradients or state
     /// before it fails the command (shorter than the host's own timeout).
@@ -44,10 +47,13 @@ pub struct Welcome {
 /// Where a peer in the current layout lives.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerAddress {
+    /// The peer's id, as named in sends and fetches.
     pub worker: WorkerId,
     /// The name on its cluster certificate (what a TLS client checks).
     pub name: String,
+    /// Its place in the layout, which decides who exchanges activations with whom.
     pub slot: Slot,
+    /// Its QUIC endpoint.
     pub addr: SocketAddr,
 }
 
@@ -55,21 +61,37 @@ pub struct PeerAddress {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Fetch {
     /// Another worker sends it (the receiver waits for it).
-    FromPeer { layer: usize, from: WorkerId },
+    FromPeer {
+        /// The layer to receive.
+        layer: usize,
+        /// The worker sending it.
+        from: WorkerId,
+    },
     /// Read it from the checkpoint directory of the stage that saved it.
-    FromCheckpoint { layer: usize, dir: PathBuf },
+    FromCheckpoint {
+        /// The layer to load.
+        layer: usize,
+        /// The stage directory holding it.
+        dir: PathBuf,
+    },
     /// Build it from the seed (a restart before the first checkpoint).
-    Fresh { layer: usize },
+    Fresh {
+        /// The layer to initialise.
+        layer: usize,
+    },
 }
 
 /// A layer the worker must send to a peer (named apart from `std::marker::Send`,
 /// which a plain `Send` would shadow wherever it is imported).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SendLayer {
+    /// The layer to send.
     pub layer: usize,
+    /// The receiving worker.
     pub to: WorkerId,
     /// The receiver's certificate name.
     pub name: String,
+    /// The receiver's QUIC endpoint.
     pub addr: SocketAddr,
 }
 
@@ -79,12 +101,17 @@ pub struct SendLayer {
 pub struct Reconfiguration {
     /// Numbers reconfigurations (transfer ids, cancellation).
     pub epoch: u64,
+    /// The step every worker trains next (older than the current one after a restart).
     pub step: u64,
+    /// The whole new layout, so the worker knows its stage's neighbours.
     pub layout: Layout,
     /// None: the worker is idle in this configuration (it holds nothing afterwards).
     pub slot: Option<Slot>,
+    /// The layers it holds afterwards; everything else is dropped.
     pub keep: Range<usize>,
+    /// Layers it must send before it may drop them.
     pub sends: Vec<SendLayer>,
+    /// Layers it must obtain before the next step.
     pub fetches: Vec<Fetch>,
     /// Every worker with a slot, so the pipeline and collective can find each other.
     pub peers: Vec<PeerAddress>,
@@ -98,20 +125,44 @@ pub enum WorkerCommand {
     /// Compute the gradients of `step` (parameters unchanged until [`WorkerCommand::Commit`]).
     /// `attempt` is unique per step command, so messages of an aborted attempt
     /// can never be mistaken for those of its retry.
-    Step { step: u64, attempt: u64 },
+    Step {
+        /// The step to compute.
+        step: u64,
+        /// This attempt's unique number.
+        attempt: u64,
+    },
     /// Apply the computed update of `step`.
-    Commit { step: u64 },
+    Commit {
+        /// The step whose gradients to apply.
+        step: u64,
+    },
     /// Discard the gradients of `step` (a peer failed).
-    Abort { step: u64 },
+    Abort {
+        /// The step whose gradients to drop.
+        step: u64,
+    },
     /// Write the held layers' state at the current step into `dir` (one
     /// directory per stage, so writers never share a manifest) before replying.
-    Checkpoint { step: u64, dir: PathBuf },
+    Checkpoint {
+        /// The step the host expects the worker to be at.
+        step: u64,
+        /// The stage directory to write.
+        dir: PathBuf,
+    },
     /// Copy the held layers' state at the current step in memory and write it
     /// into `dir` in the background (training goes on meanwhile); the worker
     /// reports the finished write in a later [`Reply::Stepped`].
-    Snapshot { step: u64, dir: PathBuf },
+    Snapshot {
+        /// The step the host expects the worker to be at.
+        step: u64,
+        /// The stage directory to write.
+        dir: PathBuf,
+    },
     /// A preemption notice: the worker will be killed after `grace_ms`.
-    Notice { grace_ms: u64 },
+    Notice {
+        /// Milliseconds until the cloud reclaims the instance.
+        grace_ms: u64,
+    },
     /// Stop cleanly.
     Shutdown,
 }
@@ -136,7 +187,9 @@ impl Cancel {
 /// The outcome of one background checkpoint write ([`WorkerCommand::Snapshot`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BackgroundWrite {
+    /// The step the snapshot was taken at.
     pub step: u64,
+    /// The stage directory it was written to.
     pub dir: PathBuf,
     /// Bytes written, or why the write failed.
     pub result: Result<u64, String>,
@@ -147,40 +200,61 @@ pub struct BackgroundWrite {
 /// A worker's answer to one [`WorkerCommand`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
+    /// Every send and fetch finished; the worker holds exactly `keep`.
     Reconfigured {
+        /// State bytes sent to peers.
         bytes_sent: u64,
+        /// State bytes received from peers.
         bytes_received: u64,
+        /// Chunks resent after a checksum mismatch or a lost stream.
         resent_chunks: u64,
+        /// Wall time of the whole reconfiguration.
         millis: f64,
     },
     /// `loss_sum` is the summed per-micro-batch mean loss on a last stage (None elsewhere).
     Stepped {
+        /// The step computed.
         step: u64,
+        /// Summed loss (last stage only).
         loss_sum: Option<f64>,
+        /// Micro-batches this replica ran.
         micro_batches: usize,
+        /// Wall time of forward plus backward.
         millis: f64,
         /// Background checkpoint writes that finished since the last report.
         written: Vec<BackgroundWrite>,
     },
+    /// The update is applied; the worker is at `step + 1`.
     Committed {
+        /// The step applied.
         step: u64,
     },
+    /// The gradients are dropped; the worker is still at `step`.
     Aborted {
+        /// The step discarded.
         step: u64,
     },
+    /// The checkpoint is on disk (synchronous write).
     Checkpointed {
+        /// The step written.
         step: u64,
+        /// Bytes written.
         bytes: u64,
     },
     /// The snapshot is in memory; training may go on while it is written.
     SnapshotTaken {
+        /// The step copied.
         step: u64,
+        /// Time the in-memory copy took (training was blocked for it).
         millis: f64,
     },
+    /// The notice is recorded.
     Noted,
+    /// The worker is shutting down cleanly.
     Bye,
     /// The command failed; the worker is still consistent at its last committed step.
     Failed {
+        /// What went wrong, for the host's log and abort reasons.
         reason: String,
     },
 }

@@ -643,7 +643,7 @@ async fn garbage_on_streams_is_an_error() {
     assert!(received.unwrap().1 == data);
 }
 
-#[allow(dead_code)]
+/// Compile-time check only (never called): `IncomingState::receive`'s future must be `Send`.
 fn _assert_send(s: IncomingState) -> impl std::future::Future + Send {
     async move { s.receive(&TransferOptions::default()).await }
 }

@@ -236,7 +236,7 @@ mod tests {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
+    #[expect(dead_code, reason = "the fields exist to be deserialized; the tests only check the errors")]
     struct Row {
         dp: u32,
         pp: u32,
@@ -244,7 +244,6 @@ mod tests {
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
     struct Doc {
         #[serde(deserialize_with = "unique_map")]
         models: BTreeMap<String, Vec<Row>>,

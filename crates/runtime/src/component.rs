@@ -20,26 +20,73 @@ const LOG_IMPORT: &str = "parcae:policy/log@0.2.0";
 /// Why a component could not be loaded as a policy.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// The component file could not be read.
     #[error("{path}: cannot read: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        /// The component file.
+        path: PathBuf,
+        /// The I/O failure.
+        source: std::io::Error,
+    },
+    /// A core module was given where a component is needed (a common build mistake).
     #[error(
         "{name}: is a core WebAssembly module, not a component; build policies with \
          `cargo build --target wasm32-wasip2` (or componentize-py / jco)"
     )]
-    CoreModule { name: String },
+    CoreModule {
+        /// The policy's name (its file or built-in name).
+        name: String,
+    },
+    /// The bytes do not validate or compile as a component.
     #[error("{name}: not a valid WebAssembly component: {reason}")]
-    Invalid { name: String, reason: String },
+    Invalid {
+        /// The policy's name.
+        name: String,
+        /// Wasmtime's message.
+        reason: String,
+    },
+    /// The component implements neither policy interface (or an old version of one).
     #[error(
         "{name}: exports neither {PREDICTOR_EXPORT} nor {OPTIMIZER_EXPORT}{hint}; \
          it exports: [{exports}]"
     )]
-    NoPolicyExport { name: String, exports: String, hint: String },
+    NoPolicyExport {
+        /// The policy's name.
+        name: String,
+        /// What it does export, comma-separated.
+        exports: String,
+        /// A note naming the version mismatch, when that is the cause (else empty).
+        hint: String,
+    },
+    /// The component needs a host capability the sandbox withholds.
     #[error("{name}: imports {import}, which the policy sandbox does not provide: {reason}")]
-    UnsupportedImport { name: String, import: String, reason: String },
+    UnsupportedImport {
+        /// The policy's name.
+        name: String,
+        /// The import's name.
+        import: String,
+        /// Why the linker refused it.
+        reason: String,
+    },
+    /// An export exists under the right name but with the wrong types.
     #[error("{name}: export {export} does not match the WIT contract: {reason}")]
-    SignatureMismatch { name: String, export: &'static str, reason: String },
+    SignatureMismatch {
+        /// The policy's name.
+        name: String,
+        /// The mismatched export.
+        export: &'static str,
+        /// Wasmtime's type error.
+        reason: String,
+    },
+    /// Instantiation itself faulted (trap, budget) before any call.
     #[error("{name}: {fault}")]
-    Instantiate { name: String, fault: crate::PolicyFault },
+    Instantiate {
+        /// The policy's name.
+        name: String,
+        /// The fault, classified.
+        fault: crate::PolicyFault,
+    },
+    /// The engine could not be configured (a host problem, not the policy's).
     #[error("cannot set up the Wasm engine: {0}")]
     Engine(String),
 }
@@ -47,7 +94,9 @@ pub enum LoadError {
 /// Which interfaces a component exports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exports {
+    /// It forecasts availability (`predictor` interface).
     pub predictor: bool,
+    /// It chooses configurations (`optimizer` interface).
     pub optimizer: bool,
 }
 

@@ -66,10 +66,13 @@ impl fmt::Display for FaultKind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("policy '{policy}' {call}: {kind}: {detail}")]
 pub struct PolicyFault {
+    /// The policy's name, so logs say which guest misbehaved.
     pub policy: String,
     /// `instantiate`, `predict` or `optimize`.
     pub call: &'static str,
+    /// The class of fault, which the counters and the fallback decision use.
     pub kind: FaultKind,
+    /// The specifics (trap message, budget exceeded, invalid field).
     pub detail: String,
 }
 

@@ -22,8 +22,11 @@ pub enum Source {
 /// An answer and, when the fallback produced it, why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer<T> {
+    /// The forecast or plan to act on.
     pub value: T,
+    /// Whether the guest or the fallback produced it.
     pub source: Source,
+    /// Why the guest's answer was not used (None when it was).
     pub fault: Option<PolicyFault>,
 }
 

@@ -24,7 +24,9 @@ pub struct SandboxLimits {
     /// Core instances, tables and memories a component may create (a Python
     /// component holds several core instances).
     pub instances: usize,
+    /// Tables a component may create.
     pub tables: usize,
+    /// Memories a component may create.
     pub memories: usize,
     /// Log messages a guest may emit per call; the rest are dropped and counted.
     pub log_messages_per_call: u32,

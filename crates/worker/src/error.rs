@@ -9,7 +9,6 @@ use parcae_cluster::LayoutError;
 /// caller needs to act on (a corrupt peer message is the peer's fault, a step mismatch is the
 /// host's), so messages name the layer, tensor, step or file concerned.
 #[derive(Debug, thiserror::Error)]
-#[allow(missing_docs)] // variant fields are described by each variant's message
 pub enum WorkerError {
     /// The model spec or the (D, P) layout is unusable.
     #[error(transparent)]
@@ -19,22 +18,51 @@ pub enum WorkerError {
     Torch(#[from] tch::TchError),
     /// Bytes that should hold a tensor, a layer's state or a checkpoint manifest do not.
     #[error("malformed {what}: {reason}")]
-    Malformed { what: &'static str, reason: String },
+    Malformed {
+        /// What the bytes should have been ("tensor", "layer state", "manifest").
+        what: &'static str,
+        /// How they fall short.
+        reason: String,
+    },
     /// A layer's state (or a file) was for another layer than the one expected.
     #[error("layer state is for layer {found}, expected layer {expected}")]
-    WrongLayer { expected: usize, found: usize },
+    WrongLayer {
+        /// The layer asked for.
+        expected: usize,
+        /// The layer the state names.
+        found: usize,
+    },
     /// A tensor does not have the shape the model spec gives it.
     #[error("layer {layer}, tensor `{tensor}`: shape {found:?}, expected {expected:?}")]
-    WrongShape { layer: usize, tensor: String, expected: Vec<usize>, found: Vec<usize> },
+    WrongShape {
+        /// The layer the tensor belongs to.
+        layer: usize,
+        /// The tensor's name within the layer.
+        tensor: String,
+        /// The shape the spec gives it.
+        expected: Vec<usize>,
+        /// The shape it has.
+        found: Vec<usize>,
+    },
     /// State or a request belongs to another optimizer step than the trainer's.
     #[error("step mismatch: expected step {expected}, found step {found}")]
-    StepMismatch { expected: u64, found: u64 },
+    StepMismatch {
+        /// The trainer's step.
+        expected: u64,
+        /// The step the state or request carries.
+        found: u64,
+    },
     /// The trainer does not hold a layer it was asked about.
     #[error("layer {0} is not held by this trainer")]
     LayerNotHeld(usize),
     /// The trainer's layers are not the ones the layout gives its slot.
     #[error("slot needs layers {expected:?}, trainer holds {held:?}")]
-    WrongLayers { expected: Range<usize>, held: Vec<usize> },
+    WrongLayers {
+        /// The layers the slot owns in the layout.
+        expected: Range<usize>,
+        /// The layers the trainer holds.
+        held: Vec<usize>,
+    },
     /// `commit`/`abort` without a computed step, or a new step/import while one is pending.
     #[error("{0}")]
     Sequence(String),
@@ -43,7 +71,12 @@ pub enum WorkerError {
     Comm(String),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The file concerned.
+        path: PathBuf,
+        /// The I/O failure.
+        source: std::io::Error,
+    },
 }
 
 impl WorkerError {

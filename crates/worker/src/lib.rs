@@ -14,8 +14,6 @@
 //!
 //! The shared vocabulary (model shape, layouts, slots) is `parcae_cluster::layout`.
 
-#![warn(missing_docs)]
-
 pub mod data;
 pub mod error;
 pub mod local;
