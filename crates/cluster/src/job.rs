@@ -25,7 +25,7 @@ use crate::protocol::{Fetch, PeerAddress, Reconfiguration, SendLayer};
 /// A complete checkpoint on disk: one directory per stage of the partition it
 /// was written in, plus a completion marker written last.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Checkpoint {
+pub struct JobCheckpoint {
     /// The step training resumes from when restarting from it.
     pub step: u64,
     /// Its root, holding the stage directories and the marker.
@@ -34,7 +34,7 @@ pub struct Checkpoint {
     pub stages: Vec<Range<usize>>,
 }
 
-impl Checkpoint {
+impl JobCheckpoint {
     /// The directory stage `stage` of a checkpoint rooted at `root` writes into.
     pub fn stage_dir(root: &Path, stage: usize) -> PathBuf {
         root.join(format!("stage-{stage:02}"))
@@ -241,7 +241,7 @@ pub struct JobState {
     /// The last reconfiguration's epoch.
     pub epoch: u64,
     /// The newest complete checkpoint.
-    pub checkpoint: Option<Checkpoint>,
+    pub checkpoint: Option<JobCheckpoint>,
     /// Layers each live worker holds at `step`.
     pub holdings: BTreeMap<WorkerId, Range<usize>>,
     /// Slot of each worker in `layout`.
@@ -507,7 +507,7 @@ impl JobState {
     }
 
     /// Makes `checkpoint` the current one; returns the one it replaces (to delete).
-    pub fn checkpoint_completed(&mut self, checkpoint: Checkpoint) -> Option<Checkpoint> {
+    pub fn checkpoint_completed(&mut self, checkpoint: JobCheckpoint) -> Option<JobCheckpoint> {
         match &self.checkpoint {
             Some(current) if current.step > checkpoint.step => Some(checkpoint),
             _ => self.checkpoint.replace(checkpoint),
@@ -656,7 +656,7 @@ mod tests {
         // Both workers die; a checkpoint at step 5 exists; two new workers join.
         job.retain_alive(|id| id > 2);
         job.unannounced_loss = true;
-        job.checkpoint = Some(Checkpoint {
+        job.checkpoint = Some(JobCheckpoint {
             step: 5,
             dir: PathBuf::from("/ck/step-5"),
             stages: vec![0..4, 4..spec.num_layers()],
@@ -701,7 +701,7 @@ mod tests {
         let mut job = running_1x2();
         let writers = job.checkpoint_writers(spec.num_layers(), &[1, 2]).unwrap();
         assert_eq!(writers.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![1, 2]);
-        job.checkpoint_completed(Checkpoint {
+        job.checkpoint_completed(JobCheckpoint {
             step: 7,
             dir: PathBuf::from("/ck/step-7"),
             stages: writers.into_iter().map(|(_, r)| r).collect(),
@@ -801,8 +801,8 @@ mod tests {
         assert_eq!(writers, vec![(1, 0..4), (2, 4..8)]);
         assert_eq!(job.checkpoint_writers(8, &[3, 4]), None, "layers 4..8 have no eligible holder");
         // An older checkpoint never replaces a newer one.
-        let newer = Checkpoint { step: 9, dir: "/a".into(), stages: vec![0..4, 4..8] };
-        let older = Checkpoint { step: 3, dir: "/b".into(), stages: vec![0..4, 4..8] };
+        let newer = JobCheckpoint { step: 9, dir: "/a".into(), stages: vec![0..4, 4..8] };
+        let older = JobCheckpoint { step: 3, dir: "/b".into(), stages: vec![0..4, 4..8] };
         assert_eq!(job.checkpoint_completed(newer.clone()), None);
         assert_eq!(job.checkpoint_completed(older.clone()), Some(older));
         assert_eq!(job.checkpoint, Some(newer));

@@ -26,7 +26,7 @@ pub struct ControlSettings {
 
 /// What one control step decided and who answered.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Step {
+pub struct ControlStep {
     /// The layout for the interval starting now (`None`: pause).
     pub config: Option<ParallelConfig>,
     /// Samples the plan's first step expects.
@@ -51,7 +51,7 @@ pub fn decide(
     past: &[IntervalStats],
     now: IntervalStats,
     current: Option<ParallelConfig>,
-) -> Step {
+) -> ControlStep {
     let fleet_min = past.iter().map(|h| h.instances).fold(now.instances, u32::min);
     let forecast = if settings.horizon > 1 {
         let mut history = Vec::with_capacity(past.len() + 1);
@@ -79,7 +79,7 @@ pub fn decide(
         recovery: settings.recovery,
     });
     let first = plan.value.steps.first().copied();
-    Step {
+    ControlStep {
         config: first.and_then(|s| s.config),
         expected_samples: first.map_or(0.0, |s| s.expected_samples),
         forecast_instances: forecast.value.first().map(|s| s.instances),

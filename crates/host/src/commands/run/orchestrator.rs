@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use parcae_cluster::job::{
-    Checkpoint, JobState, ReconfigureDecision, ReconfigureStats, StepReport, StepVerdict, WorkerContact,
+    JobCheckpoint, JobState, ReconfigureDecision, ReconfigureStats, StepReport, StepVerdict, WorkerContact,
     effective_layout, settle_step,
 };
 use parcae_cluster::protocol::{BackgroundWrite, Reply, WorkerCommand};
@@ -73,7 +73,7 @@ pub enum RunError {
 
 /// A periodic checkpoint whose stages are still being written in the background.
 struct PendingCheckpoint {
-    checkpoint: Checkpoint,
+    checkpoint: JobCheckpoint,
     /// Writers that have not reported their stage yet.
     waiting: BTreeSet<WorkerId>,
     bytes: u64,
@@ -636,7 +636,7 @@ fn checkpoint_dir(settings: &RunSettings, step: u64) -> anyhow::Result<PathBuf> 
 
 /// Makes a checkpoint whose stages are all on disk current: writes the marker
 /// that makes it usable (last, atomically), deletes the one it replaces.
-fn complete_checkpoint(job: &mut JobState, checkpoint: Checkpoint, layers: usize) -> anyhow::Result<()> {
+fn complete_checkpoint(job: &mut JobState, checkpoint: JobCheckpoint, layers: usize) -> anyhow::Result<()> {
     let marker =
         serde_json::json!({ "step": checkpoint.step, "layers": layers, "stages": checkpoint.stages });
     let tmp = checkpoint.dir.join("COMPLETE.tmp");
@@ -672,7 +672,7 @@ async fn write_checkpoint(
         .iter()
         .enumerate()
         .map(|(stage, (id, _))| {
-            (*id, WorkerCommand::Checkpoint { step, dir: Checkpoint::stage_dir(&dir, stage) })
+            (*id, WorkerCommand::Checkpoint { step, dir: JobCheckpoint::stage_dir(&dir, stage) })
         })
         .collect();
     let replies = fleet.call_many(commands, timeout).await;
@@ -685,7 +685,7 @@ async fn write_checkpoint(
         }
     }
     let stages = cover.into_iter().map(|(_, r)| r).collect();
-    complete_checkpoint(job, Checkpoint { step, dir: dir.clone(), stages }, settings.spec.num_layers())?;
+    complete_checkpoint(job, JobCheckpoint { step, dir: dir.clone(), stages }, settings.spec.num_layers())?;
     let millis = started.elapsed().as_secs_f64() * 1000.0;
     log.event(RunEvent::Checkpointed { step, bytes, millis, write_millis: millis, reason, dir });
     Ok(())
@@ -711,7 +711,7 @@ async fn start_periodic_checkpoint(
         .iter()
         .enumerate()
         .map(|(stage, (id, _))| {
-            (*id, WorkerCommand::Snapshot { step, dir: Checkpoint::stage_dir(&dir, stage) })
+            (*id, WorkerCommand::Snapshot { step, dir: JobCheckpoint::stage_dir(&dir, stage) })
         })
         .collect();
     let replies = fleet.call_many(commands, settings.command_timeout).await;
@@ -726,7 +726,7 @@ async fn start_periodic_checkpoint(
     recovery.checkpoint_waits.push(blocking);
     recovery.pending = Some(PendingCheckpoint {
         waiting: cover.iter().map(|(id, _)| *id).collect(),
-        checkpoint: Checkpoint { step, dir, stages: cover.into_iter().map(|(_, r)| r).collect() },
+        checkpoint: JobCheckpoint { step, dir, stages: cover.into_iter().map(|(_, r)| r).collect() },
         bytes: 0,
         blocking_millis: blocking.as_secs_f64() * 1000.0,
         write_millis: 0.0,
