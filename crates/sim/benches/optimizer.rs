@@ -1,10 +1,12 @@
 //! How fast the liveput optimizer decides, natively (the guest runs the same
-//! code). Run with `cargo bench -p parcae-e2e --bench optimizer`; needs
-//! `../shared` (the p3 profile and trace) beside the checkout.
+//! code). Run with `cargo bench -p parcae-sim --bench optimizer`.
 //!
 //! - `whole-trace/all-models`: the paper's policy (ARIMA forecast + liveput
 //!   plan, exact expectations, H = 12) at every interval of the 11.4 h p3
 //!   trace, for all five models, with a fresh transition cache per model.
+//! - `whole-trace/default-policy`: the default policy (guarded liveput: the
+//!   hedged plan, the terminal value, and both shadows of the regret guard)
+//!   the same way, H = 8, under AWS's 120 s notice.
 //! - `decision/N=32`, `decision/N=1024`: one interval's decision (H = 12) on
 //!   a fleet that just lost instances, with a cold cache (first decision of a
 //!   run) and a warm one (steady state). N = 1024 uses the GPT-1.5B profile
@@ -15,16 +17,22 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use parcae_e2e_sandbox::workspace_root;
 use parcae_policy_core::arima::Arima;
+use parcae_policy_core::guard::GuardedLiveput;
 use parcae_policy_core::optimizer::Liveput;
 use parcae_policy_core::{
     ConfigProfile, IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest,
     Predictor,
 };
 use parcae_profile::{CostConstants, Profile};
+use parcae_sim::drive_native;
 
 const MODELS: [&str; 5] = ["gpt-1.5b", "gpt-6.7b", "bert", "resnet152", "vgg19"];
+
+/// The workspace root (this crate is `crates/sim`).
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 const HORIZON: u32 = 12;
 const INTERVAL_MS: u64 = 60_000;
 
@@ -148,6 +156,19 @@ fn whole_trace(c: &mut Criterion) {
     group.sample_size(10).measurement_time(Duration::from_secs(60));
     group.bench_function("all-models", |b| {
         b.iter(|| profiles.iter().map(|p| run_policy(p, black_box(&series))).sum::<f64>())
+    });
+    let constants = CostConstants::load(workspace_root().join("data/profiles/cost-constants.json")).unwrap();
+    let aws = constants.recovery(120_000.0).unwrap();
+    group.bench_function("default-policy", |b| {
+        b.iter(|| {
+            profiles
+                .iter()
+                .map(|p| {
+                    let mut policy = GuardedLiveput::default();
+                    drive_native(&mut policy, black_box(&series), p, aws, INTERVAL_MS, 8).unwrap().len()
+                })
+                .sum::<usize>()
+        })
     });
     group.finish();
 }
