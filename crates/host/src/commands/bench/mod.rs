@@ -247,7 +247,7 @@ mod tests {
             bench_trace(&trace, &profile, &[], &settings, Recovery::UNANNOUNCED, &ProgressBar::hidden())
                 .unwrap();
         let names: Vec<&str> = bench.rows.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["ideal", "bamboo", "varuna", "oobleck", "on-demand"]);
+        assert_eq!(names, ["ideal", "bamboo", "bamboo-slow", "varuna", "oobleck", "on-demand"]);
         for row in &bench.rows {
             assert!(
                 row.result.totals.samples <= bench.ideal_samples || row.name == "on-demand",
