@@ -228,10 +228,10 @@ pub fn bench_trace(
     let mut notes = Vec::new();
     if system.checkpoint_interval_ms != profile.checkpoint_interval_ms {
         notes.push(format!(
-            "checkpoints every {:.0} s (Young/Daly for the {} intervals with unannounced preemptions), \
-             costing {:.1}% of throughput; an unannounced loss rolls back half of that",
+            "checkpoints every {:.0} s (Young/Daly for {:.1} expected unannounced losses of a whole stage), \
+             costing {:.1}% of throughput; such a loss rolls back half of that",
             system.checkpoint_interval_ms / 1000.0,
-            intervals.iter().filter(|s| s.preemptions > 0).count(),
+            parcae_sim::cadence::expected_rollbacks(profile, intervals),
             100.0
                 * (1.0
                     - system
