@@ -94,10 +94,12 @@ pub struct GuardedLiveput {
     pub settings: GuardSettings,
     shadows: [Shadow; 2],
     leader: Candidate,
-    /// The last interval the shadows were advanced on, so that a second
+    /// The interval the predictor was last asked about (its history's
+    /// length), `None` while no predictor runs in front of this optimizer.
+    predicted_interval: Option<usize>,
+    /// The interval the shadows were last advanced on, so that a second
     /// `optimize` for the same interval does not score it twice.
-    last_scored: Option<(usize, IntervalStats)>,
-    intervals_seen: usize,
+    scored_interval: Option<usize>,
 }
 
 impl GuardedLiveput {
@@ -130,13 +132,16 @@ impl GuardedLiveput {
             return Ok(());
         };
         // The predictor is called once per interval before the optimizer: its
-        // count says which interval this is, so a repeated optimize (the host
-        // re-planning mid-interval) scores nothing twice.
-        let key = (self.intervals_seen, observed);
-        if self.last_scored == Some(key) {
-            return Ok(());
+        // history's length says which interval this is, so a repeated optimize
+        // (the host re-planning mid-interval) scores nothing twice. Without a
+        // predictor in front (an optimizer-only world, or H = 1), every
+        // optimize is a new interval.
+        if let Some(interval) = self.predicted_interval {
+            if self.scored_interval == Some(interval) {
+                return Ok(());
+            }
+            self.scored_interval = Some(interval);
         }
-        self.last_scored = Some(key);
         let before = (observed.instances + observed.preemptions).checked_sub(observed.arrivals).ok_or_else(|| {
             format!(
                 "observed interval {observed:?} has more arrivals than instances after them: not a consistent interval"
@@ -181,7 +186,7 @@ impl GuardedLiveput {
 
 impl Predictor for GuardedLiveput {
     fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
-        self.intervals_seen = request.history.len();
+        self.predicted_interval = Some(request.history.len());
         self.planner.predict(request)
     }
 }
@@ -269,16 +274,34 @@ mod tests {
         let mut guard = GuardedLiveput::with_settings(GuardSettings { window_intervals: 1e9, margin: 0.5 });
         drive(&mut guard, &history);
         guard.shadows[Candidate::Reactive as usize].score = 1.4 * guard.shadows[0].score;
-        guard.intervals_seen += 1;
+        guard.predicted_interval = guard.predicted_interval.map(|n| n + 1);
         guard.advance_shadows(&request(history[4], None, 6)).unwrap();
         assert_eq!(guard.leader(), Candidate::Planner, "within the margin: no switch");
         guard.shadows[Candidate::Reactive as usize].score = 2.0 * guard.shadows[0].score;
-        guard.intervals_seen += 1;
+        guard.predicted_interval = guard.predicted_interval.map(|n| n + 1);
         guard.advance_shadows(&request(history[4], None, 6)).unwrap();
         assert_eq!(guard.leader(), Candidate::Reactive);
         let plan = guard.optimize(&request(history[4], None, 6)).unwrap();
         let reactive = ThroughputOptimal.optimize(&request(history[4], None, 6)).unwrap();
         assert_eq!(plan, reactive, "the reactive leader plans exactly as the baseline");
+    }
+
+    #[test]
+    fn without_a_predictor_every_optimize_is_an_interval() {
+        // The same observed interval twice, optimizer only (H = 1 or an
+        // optimizer-only world): both are scored, as two intervals.
+        let mut guard = GuardedLiveput::default();
+        let steady = IntervalStats { instances: 8, arrivals: 8, preemptions: 0 };
+        guard.optimize(&request(steady, None, 1)).unwrap();
+        let after_one = guard.shadow(Candidate::Reactive).score;
+        let current = guard.shadow(Candidate::Reactive).layout;
+        let again = IntervalStats { instances: 8, arrivals: 0, preemptions: 0 };
+        guard.optimize(&request(again, current, 1)).unwrap();
+        let after_two = guard.shadow(Candidate::Reactive).score;
+        guard.optimize(&request(again, current, 1)).unwrap();
+        let after_three = guard.shadow(Candidate::Reactive).score;
+        assert!(after_one > 0.0 && after_two > after_one);
+        assert!(after_three > after_two, "{after_two} -> {after_three}: the third interval went unscored");
     }
 
     #[test]
