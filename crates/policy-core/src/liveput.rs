@@ -857,13 +857,28 @@ pub fn liveput(
         return Ok(value);
     };
     let thr_to = samples_per_second(profile, to)?;
+    Ok(expected_over(&dist, thr_to, lost, interval_ms, |o| o.busy_ms(carried_ms)))
+}
+
+/// The expected samples and leftover of running at `thr_to` samples/s after
+/// each outcome of `dist`, busy for `busy(outcome)` ms of the interval first;
+/// an outcome that rolls back also loses `lost` samples. The one scoring loop
+/// of [`liveput`] and [`restart_liveput`], so both modes add up alike.
+fn expected_over(
+    dist: &TransitionDistribution,
+    thr_to: f64,
+    lost: f64,
+    interval_ms: f64,
+    busy: impl Fn(&Outcome) -> f64,
+) -> LiveputValue {
+    let mut value = LiveputValue::default();
     for o in &dist.outcomes {
-        let busy = o.busy_ms(carried_ms);
+        let busy = busy(o);
         let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
         value.expected_samples += o.probability * (trained - if o.lost_work { lost } else { 0.0 });
         value.expected_leftover_ms += o.probability * (busy - interval_ms).max(0.0);
     }
-    Ok(value)
+    value
 }
 
 /// How the simulated job reconfigures.
@@ -977,14 +992,7 @@ pub fn restart_liveput(
         Some(to) => samples_per_second(profile, to)?,
         None => 0.0,
     };
-    let mut value = LiveputValue::default();
-    for o in &dist.outcomes {
-        let busy = restart_busy_ms(o, carried_ms);
-        let trained = thr_to * (interval_ms - busy).max(0.0) / 1000.0;
-        value.expected_samples += o.probability * (trained - if o.lost_work { lost } else { 0.0 });
-        value.expected_leftover_ms += o.probability * (busy - interval_ms).max(0.0);
-    }
-    Ok(value)
+    Ok(expected_over(&dist, thr_to, lost, interval_ms, |o| restart_busy_ms(o, carried_ms)))
 }
 
 /// [`liveput`] or [`restart_liveput`], as `mode` says.
