@@ -7,7 +7,7 @@
 //! this module builds and feeds the replies back, so every rule is testable
 //! without processes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -256,6 +256,10 @@ pub struct JobState {
     pub started: bool,
     /// A holder was lost without notice since the state last proved whole.
     pub unannounced_loss: bool,
+    /// Workers whose layers were dropped because they did not acknowledge a
+    /// commit: they held state until then, so losing them later without
+    /// notice is what rolls the job back.
+    pub unacknowledged: BTreeSet<WorkerId>,
 }
 
 impl JobState {
@@ -277,6 +281,17 @@ impl JobState {
     pub fn retain_alive(&mut self, alive: impl Fn(WorkerId) -> bool) {
         self.holdings.retain(|id, _| alive(*id));
         self.slots.retain(|id, _| alive(*id));
+        self.unacknowledged.retain(|id| alive(*id));
+    }
+
+    /// A worker went without notice. It costs work only if it held state: its
+    /// layers now, or until it failed to acknowledge a commit (a kill between
+    /// a step's compute and its commit drops the holdings before the loss is
+    /// seen).
+    pub fn lost_without_notice(&mut self, id: WorkerId) {
+        if self.holdings.get(&id).is_some_and(|r| !r.is_empty()) || self.unacknowledged.contains(&id) {
+            self.unannounced_loss = true;
+        }
     }
 
     /// Whether any worker holds trained (or seeded) state.
@@ -475,6 +490,7 @@ impl JobState {
         });
         // The state is whole again: a later restart has a later cause.
         self.unannounced_loss = false;
+        self.unacknowledged.clear();
         self.step = plan.step;
         if plan.parking {
             self.slots.clear();
@@ -500,7 +516,9 @@ impl JobState {
     /// in a checkpoint) and the job re-plans.
     pub fn committed(&mut self, unacknowledged: &[WorkerId]) {
         for id in unacknowledged {
-            self.holdings.remove(id);
+            if self.holdings.remove(id).is_some_and(|r| !r.is_empty()) {
+                self.unacknowledged.insert(*id);
+            }
             self.dirty = true;
         }
         self.step += 1;
@@ -693,6 +711,21 @@ mod tests {
         assert_eq!(outcome.rolled_back_steps, 2);
         assert_eq!(outcome.rollback_cause, Some(RollbackCause::Unannounced));
         assert_eq!(job.step, 5);
+    }
+
+    #[test]
+    fn holders_killed_between_compute_and_commit_are_an_unannounced_loss() {
+        let mut job = running_1x2();
+        // Both die after computing step 7: neither acknowledges the commit.
+        job.committed(&[1, 2]);
+        assert!(!job.holdings.contains_key(&1) && !job.holdings.contains_key(&2));
+        assert!(!job.unannounced_loss);
+        job.lost_without_notice(1);
+        assert!(job.unannounced_loss, "a holder until the commit it missed");
+        // A worker that never held anything costs nothing.
+        let mut fresh = JobState::new([9]);
+        fresh.lost_without_notice(9);
+        assert!(!fresh.unannounced_loss);
     }
 
     #[test]

@@ -113,11 +113,8 @@ impl Recovery {
 
     /// A holder went without notice.
     fn lost_without_notice(&mut self, id: WorkerId, job: &mut JobState) {
-        if !self.deadlines.contains_key(&id)
-            && self.unannounced.insert(id)
-            && job.holdings.get(&id).is_some_and(|r| !r.is_empty())
-        {
-            job.unannounced_loss = true;
+        if !self.deadlines.contains_key(&id) && self.unannounced.insert(id) {
+            job.lost_without_notice(id);
         }
     }
 }
