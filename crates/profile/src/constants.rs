@@ -17,8 +17,13 @@ use crate::profile::{check_non_negative, check_positive};
 const MIB: f64 = 1024.0 * 1024.0;
 
 /// Scalar constants that may be cited in [`CostConstantsFile::sources`].
-const SCALARS: [&str; 4] =
-    ["checkpoint_save_load_ms", "checkpoint_interval_ms", "allreduce_gb_per_s", "checkpoint_write_gb_per_s"];
+const SCALARS: [&str; 5] = [
+    "checkpoint_save_load_ms",
+    "checkpoint_interval_ms",
+    "allreduce_gb_per_s",
+    "checkpoint_write_gb_per_s",
+    "checkpoint_snapshot_gb_per_s",
+];
 
 /// The constants file exactly as written (see `profiles/README.md`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +46,12 @@ pub struct CostConstantsFile {
     /// deployment with a preemption notice ([`CostConstants::recovery`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_write_gb_per_s: Option<f64>,
+    /// Rate at which one instance copies its stage's state into host memory
+    /// for an asynchronous periodic checkpoint (training waits only for this
+    /// snapshot; the write to storage goes on in the background), decimal
+    /// GB/s. Absent: periodic checkpoints are priced as synchronous writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_snapshot_gb_per_s: Option<f64>,
     /// Communicator rebuild rules, per model with a fallback.
     pub comm_rebuild: CommRebuildTable,
 }
@@ -329,6 +340,9 @@ impl CostConstants {
         if let Some(rate) = data.checkpoint_write_gb_per_s {
             check_positive(file, "checkpoint_write_gb_per_s", rate)?;
         }
+        if let Some(rate) = data.checkpoint_snapshot_gb_per_s {
+            check_positive(file, "checkpoint_snapshot_gb_per_s", rate)?;
+        }
         for key in data.sources.keys() {
             if !SCALARS.contains(&key.as_str()) {
                 return Err(ProfileError::invalid(
@@ -410,6 +424,12 @@ impl CostConstants {
             )
         })?;
         Ok(Recovery::with_notice(notice_ms, rate))
+    }
+
+    /// Rate of the asynchronous checkpoint snapshot, bytes per ms (`None`:
+    /// periodic checkpoints block training for the whole write).
+    pub fn checkpoint_snapshot_bytes_per_ms(&self) -> Option<f64> {
+        self.data.checkpoint_snapshot_gb_per_s.map(|rate| rate * 1e6)
     }
 
     /// All-reduce bandwidth, MiB per ms (the artifact's "GB/s").

@@ -15,11 +15,15 @@
 //!
 //! # The model
 //!
-//! - `C`: the largest stage of the profile's deepest partition (the layouts a
+//! - `W`: the largest stage of the profile's deepest partition (the layouts a
 //!   large fleet runs; every stage holder writes its own stage in parallel)
 //!   written at the deployment's checkpoint write rate
 //!   ([`Recovery::checkpoint_write_bytes_per_ms`]); without a write rate the
 //!   profile is returned unchanged.
+//! - `C`: what one checkpoint costs training. `run` snapshots the state into
+//!   host memory and writes it in the background, so with a snapshot rate
+//!   (`checkpoint_snapshot_gb_per_s` in the cost constants) `C` is that
+//!   copy; without one, the write is priced as synchronous (`C = W`).
 //! - `M`: the trace's length over the expected number of losses that roll
 //!   back: for each interval, the chance that its preemptions take every
 //!   replica of some stage of the throughput-optimal layout for the fleet
@@ -28,39 +32,53 @@
 //!   of single preemptions needs few checkpoints. With a notice no loss rolls
 //!   back (the stage is evacuated or checkpointed in the notice) and the
 //!   cadence stays at the profile's.
-//! - The interval is `sqrt(2 C M)`, clamped to `[4 C, profile's interval]`,
-//!   and every layout's throughput pays the share of time spent writing,
-//!   `C / interval` (a synchronous write: an upper bound on the asynchronous
-//!   snapshots `run` takes). The rollback of an unannounced loss is then half
-//!   that interval ([`parcae_policy_core::liveput::lost_work_ms`]).
+//! - The interval is `T = sqrt(2 C M)` (it minimises `C / T + (T / 2 + W) / M`),
+//!   no shorter than `4 C` nor than the write `W` (a worker writes one
+//!   checkpoint at a time), and every layout's throughput pays the share of
+//!   time spent on checkpoints, `C / T`. A loss rolls back the work since the
+//!   last checkpoint that finished writing: `T / 2` on average, plus `W` when
+//!   the writes are asynchronous (a loss during a write falls back to the one
+//!   before). The profile's `checkpoint_interval_ms` becomes `T` (synchronous)
+//!   or `T + 2 W` (asynchronous), whose half is that rollback
+//!   ([`parcae_policy_core::liveput::lost_work_ms`]).
 
 use parcae_policy_core::liveput::transition_distribution_under;
 use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{IntervalStats, ModelProfile, Recovery};
 
 /// The profile's checkpoint cadence and throughputs adjusted to the Young/Daly
-/// interval for `series` under `recovery` (see the module documentation).
+/// interval for `series` under `recovery`, for checkpoints snapshotted at
+/// `snapshot_bytes_per_ms` and written in the background (`None`: written
+/// synchronously); see the module documentation.
 pub fn with_young_daly_cadence(
     profile: &ModelProfile,
     series: &[IntervalStats],
     interval_ms: u64,
     recovery: &Recovery,
+    snapshot_bytes_per_ms: Option<f64>,
 ) -> ModelProfile {
     let mut adjusted = profile.clone();
-    let Some(cost_ms) = checkpoint_cost_ms(profile, recovery) else {
+    let Some(bytes) = largest_stage_bytes(profile) else {
         return adjusted;
     };
+    if recovery.checkpoint_write_bytes_per_ms <= 0.0 {
+        return adjusted;
+    }
+    let write_ms = recovery.checkpoint_write_ms(bytes);
+    let asynchronous = snapshot_bytes_per_ms.filter(|r| r.is_finite() && *r > 0.0);
+    let cost_ms = asynchronous.map_or(write_ms, |rate| bytes as f64 / rate);
     let losses = if recovery.announced() { 0.0 } else { expected_rollbacks(profile, series) };
     if losses <= 0.0 || cost_ms <= 0.0 {
         return adjusted;
     }
     let mean_between_ms = series.len() as f64 * interval_ms as f64 / losses;
     let ceiling = profile.checkpoint_interval_ms;
-    let cadence = (2.0 * cost_ms * mean_between_ms).sqrt().max(4.0 * cost_ms).min(ceiling);
+    let cadence = (2.0 * cost_ms * mean_between_ms).sqrt().max(4.0 * cost_ms).max(write_ms).min(ceiling);
     if !(cadence.is_finite() && cadence > 0.0) || cadence >= ceiling {
         return adjusted;
     }
-    adjusted.checkpoint_interval_ms = cadence;
+    // Half of this is the expected rollback (see the module documentation).
+    adjusted.checkpoint_interval_ms = if asynchronous.is_some() { cadence + 2.0 * write_ms } else { cadence };
     let keep = 1.0 - cost_ms / cadence;
     for config in &mut adjusted.configs {
         config.samples_per_second *= keep;
@@ -98,15 +116,11 @@ pub fn expected_rollbacks(profile: &ModelProfile, series: &[IntervalStats]) -> f
     expected
 }
 
-/// Time to write the largest stage of the profile's deepest partition, ms
-/// (`None` without partitions or a write rate).
-fn checkpoint_cost_ms(profile: &ModelProfile, recovery: &Recovery) -> Option<f64> {
-    if recovery.checkpoint_write_bytes_per_ms <= 0.0 {
-        return None;
-    }
+/// Bytes of the largest stage of the profile's deepest partition (`None`
+/// without partitions).
+fn largest_stage_bytes(profile: &ModelProfile) -> Option<u64> {
     let deepest = profile.partitions.iter().max_by_key(|p| p.pipeline_stages)?;
-    let largest = deepest.state_bytes_per_stage.iter().copied().max()?;
-    Some(recovery.checkpoint_write_ms(largest))
+    deepest.state_bytes_per_stage.iter().copied().max()
 }
 
 #[cfg(test)]
@@ -159,7 +173,7 @@ mod tests {
         let recovery = Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 1_000.0 };
         let series = churning(600, 10);
         assert!((expected_rollbacks(&profile(), &series) - 59.0).abs() < 1e-9);
-        let adjusted = with_young_daly_cadence(&profile(), &series, 60_000, &recovery);
+        let adjusted = with_young_daly_cadence(&profile(), &series, 60_000, &recovery, None);
         let expected = (2.0f64 * 2_000.0 * 600.0 * 60_000.0 / 59.0).sqrt();
         assert!(
             (adjusted.checkpoint_interval_ms - expected).abs() < 1e-6,
@@ -168,6 +182,25 @@ mod tests {
         );
         let keep = 1.0 - 2_000.0 / expected;
         assert!((adjusted.configs[0].samples_per_second - 100.0 * keep).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_asynchronous_snapshot_checkpoints_more_often_for_less_and_rolls_back_past_the_write() {
+        // Snapshot at 10 kB/ms: C = 0.2 s; the write (2 s) goes on in the background.
+        let recovery = Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 1_000.0 };
+        let series = churning(600, 10);
+        let synchronous = with_young_daly_cadence(&profile(), &series, 60_000, &recovery, None);
+        let snapshot = with_young_daly_cadence(&profile(), &series, 60_000, &recovery, Some(10_000.0));
+        let cadence = (2.0f64 * 200.0 * 600.0 * 60_000.0 / 59.0).sqrt();
+        // Half of the effective interval is the rollback: T / 2 + W.
+        assert!((snapshot.checkpoint_interval_ms - (cadence + 2.0 * 2_000.0)).abs() < 1e-6);
+        let keep = 1.0 - 200.0 / cadence;
+        assert!((snapshot.configs[0].samples_per_second - 100.0 * keep).abs() < 1e-9);
+        assert!(snapshot.configs[0].samples_per_second > synchronous.configs[0].samples_per_second);
+        assert!(snapshot.checkpoint_interval_ms < synchronous.checkpoint_interval_ms);
+        // A snapshot never checkpoints faster than one write takes.
+        let fast = with_young_daly_cadence(&profile(), &churning(600, 2), 60_000, &recovery, Some(1e9));
+        assert!((fast.checkpoint_interval_ms - (2_000.0 + 2.0 * 2_000.0)).abs() < 1e-6);
     }
 
     #[test]
@@ -184,15 +217,21 @@ mod tests {
     #[test]
     fn a_notice_or_a_calm_fleet_keeps_the_profile() {
         let noticed = Recovery { preemption_notice_ms: 120_000.0, checkpoint_write_bytes_per_ms: 1_000.0 };
-        assert_eq!(with_young_daly_cadence(&profile(), &churning(600, 10), 60_000, &noticed), profile());
+        assert_eq!(
+            with_young_daly_cadence(&profile(), &churning(600, 10), 60_000, &noticed, None),
+            profile()
+        );
         let unannounced = Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 1_000.0 };
         // One loss in 10 days: Young/Daly is past the profile's 30 minutes.
         assert_eq!(
-            with_young_daly_cadence(&profile(), &churning(14_400, 14_400), 60_000, &unannounced),
+            with_young_daly_cadence(&profile(), &churning(14_400, 14_400), 60_000, &unannounced, None),
             profile()
         );
         // No write rate: nothing to compute with.
         let no_rate = Recovery::UNANNOUNCED;
-        assert_eq!(with_young_daly_cadence(&profile(), &churning(600, 10), 60_000, &no_rate), profile());
+        assert_eq!(
+            with_young_daly_cadence(&profile(), &churning(600, 10), 60_000, &no_rate, None),
+            profile()
+        );
     }
 }

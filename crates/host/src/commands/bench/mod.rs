@@ -148,6 +148,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         peers,
         peer_constants,
         peer_runs: args.peer_runs,
+        snapshot_bytes_per_ms: constants.checkpoint_snapshot_bytes_per_ms(),
         ..BenchSettings::new(interval_ms, args.horizon, baselines, prices)
     };
     let runtime = if args.policies.is_empty() { None } else { Some(args.sandbox.runtime()?) };

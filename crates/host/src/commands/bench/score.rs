@@ -82,6 +82,9 @@ pub struct BenchSettings {
     pub peer_constants: Option<PeerConstants>,
     /// Seeded draws for the peers that depend on who is preempted.
     pub peer_runs: u32,
+    /// Rate of the asynchronous checkpoint snapshot our rows take, bytes per
+    /// ms (`None`: periodic checkpoints are priced as synchronous writes).
+    pub snapshot_bytes_per_ms: Option<f64>,
 }
 
 impl BenchSettings {
@@ -95,6 +98,7 @@ impl BenchSettings {
             peers: Vec::new(),
             peer_constants: None,
             peer_runs: 64,
+            snapshot_bytes_per_ms: None,
         }
     }
 }
@@ -224,20 +228,31 @@ pub fn bench_trace(
     // Our system checkpoints at the Young/Daly cadence of the losses the
     // notice does not cover; every row but Ideal and the peers (which model
     // their own) runs on that profile, under the same recovery rules.
-    let system = parcae_sim::cadence::with_young_daly_cadence(profile, intervals, interval_ms, &recovery);
+    let system = parcae_sim::cadence::with_young_daly_cadence(
+        profile,
+        intervals,
+        interval_ms,
+        &recovery,
+        settings.snapshot_bytes_per_ms,
+    );
     let mut notes = Vec::new();
     if system.checkpoint_interval_ms != profile.checkpoint_interval_ms {
+        let how = if settings.snapshot_bytes_per_ms.is_some() {
+            "snapshotted into memory and written in the background"
+        } else {
+            "written synchronously"
+        };
         notes.push(format!(
-            "checkpoints every {:.0} s (Young/Daly for {:.1} expected unannounced losses of a whole stage), \
-             costing {:.1}% of throughput; such a loss rolls back half of that",
-            system.checkpoint_interval_ms / 1000.0,
+            "checkpoints {how} (Young/Daly for {:.1} expected unannounced losses of a whole stage), \
+             costing {:.1}% of throughput; such a loss rolls back {:.0} s on average",
             parcae_sim::cadence::expected_rollbacks(profile, intervals),
             100.0
                 * (1.0
                     - system
                         .configs
                         .first()
-                        .map_or(1.0, |c| { c.samples_per_second / profile.configs[0].samples_per_second }))
+                        .map_or(1.0, |c| { c.samples_per_second / profile.configs[0].samples_per_second })),
+            parcae_policy_core::liveput::lost_work_ms(&system) / 1000.0,
         ));
     }
     let simulate_as = |decisions: &[Option<ParallelConfig>], what: &str, mode: MigrationMode| {
