@@ -262,7 +262,7 @@ async fn serve(
             }
         });
     }
-    let net = PeerNet::new(endpoint, mailbox);
+    let net = PeerNet::new(endpoint, mailbox, &welcome.spec);
     tokio::spawn(accept_peers(net.clone()));
     let peer_timeout = Duration::from_millis(welcome.peer_timeout_ms.max(1));
     let (commands_tx, commands_rx) =
