@@ -22,6 +22,7 @@ fn main() {
         guest("trapping-policy", "trapping.wasm"),
         guest("oversized-policy", "oversized.wasm"),
         guest("sleeping-policy", "sleeping.wasm"),
+        guest("flooding-policy", "flooding.wasm"),
     ];
     if let Err(message) = build(root, &out, &guests) {
         eprintln!("{message}");

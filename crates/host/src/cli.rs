@@ -10,9 +10,9 @@ use crate::commands::{bench, bench_migration, policy, provision, replay, run as 
 #[derive(Debug, Parser)]
 #[command(name = "parcae-host", version, about)]
 pub struct Cli {
-    /// Log debug messages (RUST_LOG overrides this).
-    #[arg(short, long, global = true)]
-    pub verbose: bool,
+    /// Logging: `-v` and `--log-format`.
+    #[command(flatten)]
+    pub log: parcae_logging::LogOptions,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

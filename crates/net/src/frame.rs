@@ -262,9 +262,40 @@ where
     if len > max.min(MAX_FRAME_LEN) {
         return Err(FrameError::TooLarge { len: len as u64, max: max.min(MAX_FRAME_LEN) as u64 });
     }
-    let mut buf = vec![0u8; len as usize];
-    r.read_exact(&mut buf).await.map_err(|e| FrameError::from_read(e, "message body"))?;
+    let buf = read_body(r, len as u64, "message body").await?;
     serde_json::from_slice(&buf).map_err(FrameError::Decode)
+}
+
+/// Bytes allocated up front for a frame body; the rest grows as the bytes arrive, so a peer
+/// that announces a large frame and sends less costs no more than what it sent.
+pub(crate) const BODY_PREALLOCATION: u64 = 64 << 10;
+
+/// Reads exactly `len` bytes (already checked against the caller's limit), allocating as
+/// they arrive rather than for the announced length, and never more than `len` in all.
+async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: u64,
+    what: &'static str,
+) -> Result<Vec<u8>, FrameError> {
+    let len = usize::try_from(len).map_err(|_| FrameError::TooLarge { len, max: usize::MAX as u64 })?;
+    let mut buf: Vec<u8> = Vec::with_capacity(len.min(BODY_PREALLOCATION as usize));
+    while buf.len() < len {
+        if buf.len() == buf.capacity() {
+            // Double, but never past the announced length.
+            let target = (buf.capacity() * 2).clamp(1, len);
+            buf.reserve_exact(target - buf.len());
+        }
+        let filled = buf.len();
+        let room = buf.capacity().min(len);
+        buf.resize(room, 0);
+        let read = r.read(&mut buf[filled..]).await.map_err(|e| FrameError::from_read(e, what));
+        match read {
+            Ok(0) => return Err(FrameError::Truncated { what }),
+            Ok(n) => buf.truncate(filled + n),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(buf)
 }
 
 /// Sends a JSON header followed by raw bytes (tensors, activations) without JSON-encoding them.
@@ -292,8 +323,7 @@ where
     if len > max_payload {
         return Err(FrameError::TooLarge { len, max: max_payload });
     }
-    let mut payload = vec![0u8; len as usize];
-    r.read_exact(&mut payload).await.map_err(|e| FrameError::from_read(e, "payload"))?;
+    let payload = read_body(r, len, "payload").await?;
     Ok((header, payload))
 }
 

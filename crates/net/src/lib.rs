@@ -19,6 +19,9 @@ pub mod join;
 pub mod token;
 pub mod transfer;
 
+#[cfg(test)]
+mod fuzz;
+
 pub use ca::{CaError, ClusterCa, Fingerprint, Identity};
 pub use endpoint::{
     Accepted, Acceptor, CloseCode, EndpointError, HOST_NAME, NetEndpoint, ServerMode, TransportOptions,

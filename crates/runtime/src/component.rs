@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
+use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine, OptLevel};
 
-use crate::bindings::{OptimizerIndices, PredictorIndices, log};
+use crate::bindings::{OptimizerIndices, PredictorIndices};
 use crate::instance::PolicyInstance;
 use crate::sandbox::{EPOCH_TICK, GuestState, SandboxLimits};
 
@@ -138,7 +138,7 @@ impl PolicyRuntime {
         let mut linker = Linker::<GuestState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(engine_err)?;
         forbid_blocking(&mut linker).map_err(engine_err)?;
-        log::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s).map_err(engine_err)?;
+        crate::instance::add_log_to_linker(&mut linker, LOG_IMPORT).map_err(engine_err)?;
 
         let ticker = EpochTicker::start(engine.clone())
             .map_err(|e| LoadError::Engine(format!("cannot start the epoch thread: {e}")))?;

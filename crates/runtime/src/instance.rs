@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use parcae_policy_core::wit_convert::Convert;
 use parcae_policy_core::{self as core, validate};
-use wasmtime::Store;
+use wasmtime::component::{Linker, WasmStr};
+use wasmtime::{Store, StoreContextMut};
 
 use crate::bindings::{OptimizerExport, PredictorExport, log};
 use crate::component::PolicyComponent;
@@ -175,6 +176,8 @@ fn arm(store: &mut Store<GuestState>, fuel: u64) -> Result<(), PolicyFault> {
     state.limiter.memory_refused = None;
     state.logs_left = state.log_allowance;
     state.logs_dropped = 0;
+    state.log_calls = 0;
+    state.log_bytes = 0;
     Ok(())
 }
 
@@ -208,10 +211,16 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> (FaultKind, String) 
         );
     }
     match error.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::OutOfFuel) => (
-            FaultKind::FuelExhausted,
-            format!("used its whole budget of {} fuel units", limits.fuel_per_call),
-        ),
+        Some(wasmtime::Trap::OutOfFuel) => {
+            let mut detail = format!("used its whole budget of {} fuel units", limits.fuel_per_call);
+            if state.log_calls > 0 {
+                detail.push_str(&format!(
+                    ", with {} log calls of {} bytes in all (each costs {} fuel units plus {} per byte)",
+                    state.log_calls, state.log_bytes, limits.log_fuel_per_message, limits.log_fuel_per_byte
+                ));
+            }
+            (FaultKind::FuelExhausted, detail)
+        }
         Some(wasmtime::Trap::Interrupt) => {
             (FaultKind::DeadlineExceeded, format!("still running after {:?}", limits.deadline_per_call))
         }
@@ -229,25 +238,71 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> (FaultKind, String) 
 
 /// At most [`DETAIL_BYTES`] of guest-controlled text, cut on a char boundary.
 fn clip(text: &str) -> &str {
-    let mut end = text.len().min(DETAIL_BYTES);
+    clip_to(text, DETAIL_BYTES)
+}
+
+/// At most `bytes` of `text`, cut on a char boundary.
+fn clip_to(text: &str, bytes: usize) -> &str {
+    let mut end = text.len().min(bytes);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
     &text[..end]
 }
 
-impl log::Host for GuestState {
-    fn log(&mut self, level: log::Level, message: String) {
-        if self.logs_left == 0 {
+/// Links `parcae:policy/log` (instance `import`): every call is charged against the
+/// call's fuel budget before anything else happens, at
+/// [`SandboxLimits::log_fuel_per_message`](crate::SandboxLimits) plus
+/// [`SandboxLimits::log_fuel_per_byte`](crate::SandboxLimits) for each byte of the message
+/// (the whole message, not only the part kept). A guest that floods the host with log
+/// traffic thus runs out of fuel (a `fuel-exhausted` fault, then the fallback and
+/// quarantine) instead of holding the control loop for as long as the copying takes.
+/// The message is read in place from the guest's memory; only the kept prefix is copied.
+pub(crate) fn add_log_to_linker(linker: &mut Linker<GuestState>, import: &str) -> wasmtime::Result<()> {
+    let mut instance = linker.instance(import)?;
+    instance.func_wrap(
+        "log",
+        |mut store: StoreContextMut<'_, GuestState>, (level, message): (log::Level, WasmStr)| {
+            let (bytes, kept) = {
+                let text = message.to_str(&store)?;
+                let keep = store.data().log_message_bytes;
+                (text.len(), (store.data().logs_left > 0).then(|| clip_to(&text, keep).to_string()))
+            };
+            charge_log(&mut store, bytes)?;
+            store.data_mut().emit_log(level, kept);
+            Ok(())
+        },
+    )
+}
+
+/// Takes a log call's fuel from the budget, or ends the call as out of fuel.
+fn charge_log(store: &mut StoreContextMut<'_, GuestState>, bytes: usize) -> wasmtime::Result<()> {
+    let (per_message, per_byte) = {
+        let limits = store.data().limits();
+        (limits.log_fuel_per_message, limits.log_fuel_per_byte)
+    };
+    let state = store.data_mut();
+    state.log_calls += 1;
+    state.log_bytes = state.log_bytes.saturating_add(bytes as u64);
+    let cost = per_message.saturating_add(per_byte.saturating_mul(bytes as u64));
+    let left = store.get_fuel()?;
+    if cost > left {
+        store.set_fuel(0)?;
+        return Err(wasmtime::Trap::OutOfFuel.into());
+    }
+    store.set_fuel(left - cost)?;
+    Ok(())
+}
+
+impl GuestState {
+    /// Emits one guest log message (already clipped), or counts it dropped once the
+    /// per-call allowance is spent.
+    fn emit_log(&mut self, level: log::Level, message: Option<String>) {
+        let Some(message) = message.filter(|_| self.logs_left > 0) else {
             self.logs_dropped += 1;
             return;
-        }
+        };
         self.logs_left -= 1;
-        let mut end = message.len().min(self.log_message_bytes);
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        let message = &message[..end];
         let policy = &*self.policy;
         match level {
             log::Level::Trace => tracing::trace!(target: "parcae::guest", policy, "{message}"),

@@ -32,6 +32,13 @@ pub struct SandboxLimits {
     pub log_messages_per_call: u32,
     /// Longest log message kept, bytes; longer ones are truncated.
     pub log_message_bytes: usize,
+    /// Fuel one `log` call costs before its bytes are counted: the host's work per
+    /// message, charged even when the message is dropped.
+    pub log_fuel_per_message: u64,
+    /// Fuel each byte of a `log` message costs (all of it, not only the part kept):
+    /// log traffic comes out of the call's fuel budget, so a guest that floods the
+    /// host with messages runs out of fuel like one that loops.
+    pub log_fuel_per_byte: u64,
     /// Guest stderr kept for fault reports (a Rust guest's panic message), bytes.
     pub stderr_bytes: usize,
 }
@@ -48,6 +55,8 @@ impl Default for SandboxLimits {
             memories: 16,
             log_messages_per_call: 64,
             log_message_bytes: 1024,
+            log_fuel_per_message: 10_000,
+            log_fuel_per_byte: 1,
             stderr_bytes: 16 << 10,
         }
     }
@@ -133,6 +142,9 @@ pub(crate) struct GuestState {
     pub(crate) logs_dropped: u32,
     pub(crate) log_allowance: u32,
     pub(crate) log_message_bytes: usize,
+    /// `log` calls and their bytes in the current call (for fault reports).
+    pub(crate) log_calls: u64,
+    pub(crate) log_bytes: u64,
 }
 
 impl GuestState {
@@ -162,6 +174,8 @@ impl GuestState {
             logs_dropped: 0,
             log_allowance: limits.log_messages_per_call,
             log_message_bytes: limits.log_message_bytes,
+            log_calls: 0,
+            log_bytes: 0,
         }
     }
 

@@ -22,8 +22,6 @@ use parcae_net::{
 };
 use tracing::{info, warn};
 
-use tracing_subscriber::EnvFilter;
-
 use node::driver::Driver;
 use node::mailbox::Mailbox;
 use node::peers::{PeerNet, accept_peers};
@@ -59,6 +57,9 @@ struct Cli {
     /// Threads libtorch may use for this worker's compute.
     #[arg(long, default_value_t = 1)]
     threads: i32,
+    /// Logging: `-v` and `--log-format`.
+    #[command(flatten)]
+    log: parcae_logging::LogOptions,
     /// Something else than serving (without one, the flags above start a worker).
     #[command(subcommand)]
     command: Option<Tool>,
@@ -122,11 +123,7 @@ struct ProfileArgs {
 fn main() -> anyhow::Result<()> {
     let mut cli = Cli::parse();
     // Profiling prints its own progress; the transfers it times would log every chunk at info.
-    let default_filter = if cli.command.is_some() { "warn" } else { "info" };
-    tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter)))
-        .with_writer(std::io::stderr)
-        .init();
+    parcae_logging::init(cli.log, if cli.command.is_some() { "warn" } else { "info" });
     if let Some(Tool::Profile(args)) = cli.command.take() {
         return profile(args);
     }
@@ -265,7 +262,7 @@ async fn serve(
             }
         });
     }
-    let net = PeerNet::new(endpoint, mailbox);
+    let net = PeerNet::new(endpoint, mailbox, &welcome.spec);
     tokio::spawn(accept_peers(net.clone()));
     let peer_timeout = Duration::from_millis(welcome.peer_timeout_ms.max(1));
     let (commands_tx, commands_rx) =

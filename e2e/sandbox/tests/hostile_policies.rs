@@ -68,6 +68,11 @@ fn endless_loop_hits_the_deadline_when_fuel_is_plentiful() {
 }
 
 #[test]
+fn log_flood_runs_out_of_fuel() {
+    assert_optimizer_contained("flooding.wasm", FaultKind::FuelExhausted, "log calls of");
+}
+
+#[test]
 fn unbounded_allocation_hits_the_memory_limit() {
     assert_optimizer_contained("allocating.wasm", FaultKind::MemoryLimit, "the limit is 32 MiB");
 }

@@ -110,6 +110,24 @@ impl From<quinn::ReadError> for TransferErrorSource {
     }
 }
 
+impl From<std::io::Error> for TransferErrorSource {
+    /// quinn's streams report their errors through tokio's I/O traits as an `io::Error`
+    /// around a [`quinn::ReadError`]: keep saying why a connection was lost, and name a
+    /// stream that ends inside a record.
+    fn from(e: std::io::Error) -> Self {
+        let kind = e.kind();
+        if let Some(quinn::ReadError::ConnectionLost(c)) =
+            e.get_ref().and_then(|inner| inner.downcast_ref::<quinn::ReadError>())
+        {
+            return TransferErrorSource::Io(lost(kind, c));
+        }
+        if kind == std::io::ErrorKind::UnexpectedEof {
+            return TransferErrorSource::Io(std::io::Error::new(kind, "stream ended inside a record"));
+        }
+        TransferErrorSource::Io(e)
+    }
+}
+
 impl From<FrameError> for TransferErrorSource {
     fn from(e: FrameError) -> Self {
         TransferErrorSource::Frame(e)

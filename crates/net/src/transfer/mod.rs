@@ -49,6 +49,9 @@ mod receive;
 mod send;
 mod wire;
 
+#[cfg(test)]
+mod fuzz;
+
 use std::time::Duration;
 
 use crate::frame::{FrameError, StreamKind};

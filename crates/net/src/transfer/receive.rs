@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
@@ -12,6 +13,9 @@ use super::io::{TransferErrorSource, try_join_all, with_stall};
 use super::wire::{MAX_STREAMS, RECORD_HEADER_LEN, RecordHeader, StateBegin, StateReply, TRANSFER_ABORTED};
 use super::{TransferError, TransferOptions, TransferStats};
 use crate::frame::{self, FrameError, IncomingStream, StreamKind};
+
+/// Largest `StateBegin` frame accepted: three integers in JSON take under 100 bytes.
+const MAX_BEGIN_FRAME: u32 = 1024;
 
 /// Registry of multi-stream transfers being assembled, keyed by transfer id.
 type Pending = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<IncomingStream>>>>;
@@ -98,11 +102,15 @@ impl Drop for IncomingState {
     }
 }
 
-/// Receiver-side state of one part stream.
-struct Part {
-    part: usize,
-    send: Option<quinn::SendStream>,
-    recv: quinn::RecvStream,
+/// Receiver-side state of one part stream: quinn's streams in a transfer, any byte streams
+/// in the decoder's tests.
+pub(crate) struct Part<R, W> {
+    /// Index of the part (0 carries the header, END markers and the replies).
+    pub(crate) part: usize,
+    /// The reply direction (part 0 only).
+    pub(crate) send: Option<W>,
+    /// The records from the sender.
+    pub(crate) recv: R,
 }
 
 /// Outcome of reading one part's records.
@@ -113,9 +121,9 @@ struct PartResult {
 
 /// Reads records into `slots` (indexed by chunk; `Some` for the chunks this reader may fill)
 /// until END (when `until_end`) or the end of the stream.
-async fn read_records(
+async fn read_records<R: AsyncRead + Unpin>(
     id: u64,
-    recv: &mut quinn::RecvStream,
+    recv: &mut R,
     mut slots: Vec<Option<&mut [u8]>>,
     until_end: bool,
     stall: Duration,
@@ -128,8 +136,8 @@ async fn read_records(
             let mut n = 0;
             while n < h.len() {
                 match recv.read(&mut h[n..]).await? {
-                    None => break,
-                    Some(k) => n += k,
+                    0 => break,
+                    k => n += k,
                 }
             }
             Ok::<_, TransferErrorSource>(n)
@@ -197,7 +205,8 @@ impl IncomingState {
         if parts_n > MAX_STREAMS {
             return Err(protocol(format!("{parts_n} streams, at most {MAX_STREAMS} allowed")));
         }
-        let mut parts: Vec<Option<Part>> = (0..parts_n).map(|_| None).collect();
+        let mut parts: Vec<Option<Part<quinn::RecvStream, quinn::SendStream>>> =
+            (0..parts_n).map(|_| None).collect();
         let mut add = |s: IncomingStream| -> Result<(), TransferError> {
             let p = s.header.part as usize;
             if s.header.parts as usize != parts_n || parts[p].is_some() {
@@ -221,8 +230,13 @@ impl IncomingState {
                 Ok(Some(s)) => add(s)?,
             }
         }
-        let mut parts: Vec<Part> = parts.into_iter().map(|p| p.expect("all parts")).collect();
+        let mut parts: Vec<Part<_, _>> = parts.into_iter().map(|p| p.expect("all parts")).collect();
         let result = receive_parts(id, &mut parts, opts, start).await;
+        if result.is_ok()
+            && let Some(send) = parts[0].send.as_mut()
+        {
+            let _ = send.finish();
+        }
         if let Err(e) = &result {
             let reason = e.to_string();
             warn!(transfer_id = id, error = %reason, "state transfer failed");
@@ -240,17 +254,30 @@ impl IncomingState {
     }
 }
 
-async fn receive_parts(
+/// The receiving side's decoder: reads the header and every part's records, verifies each
+/// chunk, asks for the failed ones again (on part 0's reply direction) and returns the payload
+/// only once every chunk verified. Never allocates more than the header's `total_len`, and
+/// only after [`StateBegin::check`] accepted it against `opts.max_state_bytes`.
+pub(crate) async fn receive_parts<R, W>(
     id: u64,
-    parts: &mut [Part],
+    parts: &mut [Part<R, W>],
     opts: &TransferOptions,
     start: Instant,
-) -> Result<(u64, Vec<u8>, TransferStats), TransferError> {
+) -> Result<(u64, Vec<u8>, TransferStats), TransferError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let stall = opts.stall_timeout;
     let protocol = |reason: String| TransferError::Protocol { id, reason };
     let n_parts = parts.len();
-    let begin: StateBegin =
-        with_stall(id, stall, "the transfer header", frame::recv_msg(&mut parts[0].recv)).await?;
+    let begin: StateBegin = with_stall(
+        id,
+        stall,
+        "the transfer header",
+        frame::recv_msg_limited(&mut parts[0].recv, MAX_BEGIN_FRAME),
+    )
+    .await?;
     begin.check(opts.max_state_bytes).map_err(protocol)?;
     let chunk_size = begin.chunk_size as usize;
     let n_chunks = begin.chunks as usize;
@@ -303,7 +330,6 @@ async fn receive_parts(
         }
     }
     with_stall(id, stall, "confirming", frame::send_msg(send, &StateReply::Done)).await?;
-    let _ = send.finish();
     let stats = TransferStats {
         transfer_id: id,
         bytes: total as u64,

@@ -41,6 +41,10 @@ pub enum PeerLinkError {
     Send { addr: SocketAddr, reason: String },
 }
 
+/// Bytes a layer's encoded state may take beyond its parameters and moments (the format's
+/// header, shapes and checksum: well under this).
+const STATE_ENCODING_SLACK: u64 = 64 << 10;
+
 /// The endpoint, its connection cache and the mailbox it fills.
 pub struct PeerNet {
     endpoint: NetEndpoint,
@@ -53,8 +57,15 @@ impl PeerNet {
     /// `PARCAE_DRILL_CORRUPT_FIRST_CHUNK=1` is a fault drill: every state
     /// transfer this worker sends corrupts its first chunk once, so the
     /// receiver's checksum check and the resend path run for real.
-    pub fn new(endpoint: NetEndpoint, mailbox: Arc<Mailbox>) -> Arc<Self> {
-        let mut transfer = TransferOptions::default();
+    ///
+    /// A state transfer carries one layer of `spec`, so a peer announcing more than the
+    /// largest layer's encoded state is refused before anything is allocated.
+    pub fn new(endpoint: NetEndpoint, mailbox: Arc<Mailbox>, spec: &parcae_cluster::ModelSpec) -> Arc<Self> {
+        let largest_layer = (0..spec.num_layers()).map(|l| spec.layer_state_bytes(l)).max().unwrap_or(0);
+        let mut transfer = TransferOptions {
+            max_state_bytes: largest_layer + STATE_ENCODING_SLACK,
+            ..TransferOptions::default()
+        };
         if std::env::var("PARCAE_DRILL_CORRUPT_FIRST_CHUNK").is_ok_and(|v| v == "1") {
             warn!("fault drill: the first chunk of every state transfer is sent corrupted once");
             transfer.corrupt_chunks_once = vec![0];

@@ -133,6 +133,7 @@ impl Fleet {
             .arg(id.to_string())
             .arg("--device")
             .arg(&launch.device)
+            .args(parcae_logging::current().worker_args())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -8,6 +8,7 @@
 
 mod cloud;
 mod fleet;
+mod metrics;
 mod orchestrator;
 mod report;
 mod timeline;
@@ -110,6 +111,10 @@ pub struct RunArgs {
     /// Write the loss/throughput plot here (default: RUN_DIR/run.svg).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics while the run lasts (port 0:
+    /// any free port; the address is printed as `metrics: http://ADDR/metrics`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Runs `parcae-host run`.
@@ -190,6 +195,16 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     if args.remote {
         println!("join with: parcae-worker --join {host_addr} --token {token}");
     }
+    let run_metrics = Arc::new(metrics::RunMetrics::new());
+    let metrics_server = match args.metrics_addr {
+        Some(addr) => {
+            let listener = metrics::bind(addr).await?;
+            let bound = listener.local_addr().context("the metrics listener's address")?;
+            println!("metrics: http://{bound}/metrics");
+            Some(tokio::spawn(metrics::serve(listener, run_metrics.clone())))
+        }
+        None => None,
+    };
     let (arrivals_tx, mut arrivals) = mpsc::channel(64);
     let authority = Arc::new(JoinAuthority::new(ca.clone(), token.clone()));
     let accept = tokio::spawn(accept_loop(endpoint.clone(), authority, arrivals_tx));
@@ -249,6 +264,9 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         global_batch: spec.global_batch as u64,
         prices,
     });
+    if metrics_server.is_some() {
+        log = log.with_metrics(run_metrics.clone());
+    }
     // The cloud plays the trace on its own clock; the host's loop reacts to it.
     let start = std::time::Instant::now();
     let (notes_tx, mut notes) = mpsc::unbounded_channel();
@@ -281,6 +299,9 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     log.write_svg(&plot)?;
     println!("{}", log.summary());
     println!("  event log: {}  plot: {}", json.display(), plot.display());
+    if let Some(server) = metrics_server {
+        server.abort();
+    }
     outcome
 }
 

@@ -248,6 +248,7 @@ pub async fn run_job(
             interval_counts = IntervalStats::default();
             fleet_changed = false;
             let decision = decide(settings, policy, &history, job.layout.as_ref());
+            log.policy_counts(&policy.predictor_counts(), &policy.optimizer_counts());
             log.event(RunEvent::Decision {
                 interval: next_interval - 1,
                 instances: available,

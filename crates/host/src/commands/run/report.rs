@@ -198,6 +198,8 @@ pub struct RunContext {
 /// Collects events, shows progress and writes the outputs.
 pub struct RunLog {
     context: Option<RunContext>,
+    /// Metrics served for scrapes (`--metrics-addr`), updated with every event.
+    metrics: Option<std::sync::Arc<super::metrics::RunMetrics>>,
     start: Instant,
     events: Vec<Timed>,
     bar: Option<ProgressBar>,
@@ -214,6 +216,7 @@ impl RunLog {
     pub fn new() -> Self {
         RunLog {
             context: None,
+            metrics: None,
             start: Instant::now(),
             events: Vec::new(),
             bar: None,
@@ -225,6 +228,23 @@ impl RunLog {
     pub fn with_context(mut self, context: RunContext) -> Self {
         self.context = Some(context);
         self
+    }
+
+    /// Updates `metrics` with every event from now on.
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<super::metrics::RunMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The policy's call and fault counters so far (for the metrics).
+    pub fn policy_counts(
+        &self,
+        predictor: &parcae_runtime::FaultCounts,
+        optimizer: &parcae_runtime::FaultCounts,
+    ) {
+        if let Some(metrics) = &self.metrics {
+            metrics.observe_policy(predictor, optimizer);
+        }
     }
 
     /// Starts the clock and, on a terminal, the progress line.
@@ -249,6 +269,9 @@ impl RunLog {
         let t_s = self.start.elapsed().as_secs_f64();
         tracing::debug!(?event, "run event");
         self.events.push(Timed { t_s, event });
+        if let (Some(metrics), Some(last)) = (&self.metrics, self.events.last()) {
+            metrics.observe(&last.event, rate_over_last(&self.events, 10.0));
+        }
         if let Some(bar) = &self.bar {
             bar.set_message(self.progress_line());
         }
