@@ -50,6 +50,7 @@ for raw in open(sys.argv[1], encoding="utf-8"):
     if not sep:
         out.append(line)  # not an exact pin: always hand it to pip
         continue
+    name = name.split("[", 1)[0]  # `pkg[extra]==v`: the distribution is `pkg`
     try:
         if metadata.version(name.strip()) != version.strip():
             out.append(line)

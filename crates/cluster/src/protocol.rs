@@ -6,6 +6,10 @@
 //! commands in flight to one worker, so the exchange needs no request ids. Every
 //! step is two-phase (compute, then commit or abort) so a peer that dies mid-step
 //! leaves every survivor at the last committed step.
+//!
+//! The worker speaks unprompted only to report what its cloud told it (a
+//! [`WorkerReport`], on a uni stream of its own), so a real preemption notice
+//! reaches the host the moment the instance's metadata service shows it.
 
 use std::net::SocketAddr;
 use std::ops::Range;
@@ -17,7 +21,7 @@ use crate::layout::{Layout, ModelSpec, Slot};
 use crate::migration::WorkerId;
 
 /// Version of this protocol; a worker of another version is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The worker's first message on its control stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -182,6 +186,36 @@ pub enum Cancel {
 impl Cancel {
     /// Tag of the control-kind uni stream that carries one [`Cancel`].
     pub const STREAM_TAG: u64 = 1;
+}
+
+/// What a worker tells the host unprompted, each on its own control-kind uni stream
+/// (tag [`WorkerReport::STREAM_TAG`]) so it never waits behind the command in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum WorkerReport {
+    /// The instance's cloud announced that it will reclaim the instance.
+    Notice(CloudNotice),
+}
+
+impl WorkerReport {
+    /// Tag of the control-kind uni stream that carries one [`WorkerReport`].
+    pub const STREAM_TAG: u64 = 2;
+}
+
+/// A preemption notice read from the cloud's instance metadata service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CloudNotice {
+    /// Which cloud said so ("aws", "gcp", "azure").
+    pub cloud: String,
+    /// What the cloud will do: AWS's `action` ("terminate", "stop", "hibernate"), GCP's
+    /// "preempted" or maintenance event, Azure's event type ("Preempt").
+    pub action: String,
+    /// Milliseconds from the moment the worker sent this until the instance goes away (the
+    /// cloud's deadline, or its documented notice when it names none).
+    pub grace_ms: u64,
+    /// When the worker first saw the notice, milliseconds since the Unix epoch (its clock).
+    pub seen_unix_ms: u64,
+    /// The metadata service's own words (its response body), for the event log.
+    pub detail: String,
 }
 
 /// The outcome of one background checkpoint write ([`WorkerCommand::Snapshot`]).

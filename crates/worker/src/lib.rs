@@ -3,6 +3,7 @@
 //! so the host can migrate it between workers.
 //!
 //! - [`model`]: the decoder as plain functions of explicit tensors, deterministic init.
+//! - [`cloud`]: preemption notices from the instance metadata service (AWS, GCP, Azure).
 //! - [`data`]: deterministic synthetic data, a pure function of (seed, step, micro-batch).
 //! - [`state`]: a layer's migratable state, its byte format, checkpoints.
 //! - [`stage`]: [`StageTrainer`] (GPipe schedule, two-phase Adam step) and the
@@ -14,6 +15,7 @@
 //!
 //! The shared vocabulary (model shape, layouts, slots) is `parcae_cluster::layout`.
 
+pub mod cloud;
 pub mod data;
 pub mod error;
 pub mod local;

@@ -5,6 +5,10 @@
 //! one pipeline stage of one data-parallel replica, talks to its peers over
 //! QUIC with mutual TLS and does what the host's control stream says.
 //!
+//! With `--cloud aws|gcp|azure|auto` it also watches the instance metadata
+//! service for a preemption notice and reports it to the host the moment it
+//! appears (see `parcae_worker::cloud`).
+//!
 //! `parcae-worker profile` instead measures this machine and writes a profile for the
 //! host's planner (see `parcae_worker::profile`).
 
@@ -16,10 +20,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use parcae_cluster::protocol::{Cancel, Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand};
+use parcae_cluster::protocol::{
+    Cancel, Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand, WorkerReport,
+};
 use parcae_net::{
     HOST_NAME, Identity, JoinToken, NetEndpoint, ServerMode, StreamHeader, StreamKind, TransportOptions,
 };
+use parcae_worker::cloud::{CloudKind, MetadataClient};
 use tracing::{info, warn};
 
 use node::driver::Driver;
@@ -60,9 +67,29 @@ struct Cli {
     /// Logging: `-v` and `--log-format`.
     #[command(flatten)]
     log: parcae_logging::LogOptions,
+    /// Whose preemption notices to watch for: aws, gcp, azure, none, or auto (detect; the
+    /// default for a worker that joins with --join; one started by the host watches none).
+    #[arg(long, value_enum)]
+    cloud: Option<CloudChoice>,
+    /// The metadata service to ask instead of the cloud's own (an emulator, a proxy).
+    #[arg(long, value_name = "URL")]
+    metadata_endpoint: Option<String>,
+    /// How often to ask the metadata service for a notice, milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    metadata_poll_ms: u64,
     /// Something else than serving (without one, the flags above start a worker).
     #[command(subcommand)]
     command: Option<Tool>,
+}
+
+/// `--cloud`: which metadata service to watch for preemption notices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CloudChoice {
+    Aws,
+    Gcp,
+    Azure,
+    None,
+    Auto,
 }
 
 /// What the binary can do besides serving as a worker.
@@ -208,6 +235,7 @@ async fn serve(
     rt: tokio::runtime::Handle,
 ) -> anyhow::Result<()> {
     // 1. Who am I: a certificate from the host (local) or one obtained by joining.
+    let cloud = cli.cloud.unwrap_or(if cli.join.is_some() { CloudChoice::Auto } else { CloudChoice::None });
     let (host, identity, id) = match (cli.connect, cli.join) {
         (Some(host), None) => {
             let dir = cli.identity.as_ref().expect("clap requires --identity");
@@ -262,6 +290,12 @@ async fn serve(
             }
         });
     }
+    // The cloud's preemption notices, reported to the host as they appear.
+    if cloud != CloudChoice::None {
+        let (conn, endpoint) = (host_conn.clone(), cli.metadata_endpoint.clone());
+        let interval = Duration::from_millis(cli.metadata_poll_ms.max(10));
+        tokio::spawn(watch_cloud(cloud, endpoint, interval, conn));
+    }
     let net = PeerNet::new(endpoint, mailbox, &welcome.spec);
     tokio::spawn(accept_peers(net.clone()));
     let peer_timeout = Duration::from_millis(welcome.peer_timeout_ms.max(1));
@@ -306,4 +340,53 @@ async fn serve(
     }
     net.endpoint().close();
     Ok(())
+}
+
+/// Finds the cloud (for `auto`), then watches its metadata service and reports each notice to
+/// the host on a uni stream of its own.
+async fn watch_cloud(
+    choice: CloudChoice,
+    endpoint: Option<String>,
+    interval: Duration,
+    host: quinn::Connection,
+) {
+    let cloud = match choice {
+        CloudChoice::Aws => CloudKind::Aws,
+        CloudChoice::Gcp => CloudKind::Gcp,
+        CloudChoice::Azure => CloudKind::Azure,
+        CloudChoice::None => return,
+        CloudChoice::Auto => match parcae_worker::cloud::detect(endpoint.as_deref()).await {
+            Some(cloud) => {
+                info!(%cloud, "detected the cloud");
+                cloud
+            }
+            None => {
+                info!("no cloud metadata service answers: no preemption notices to watch for");
+                return;
+            }
+        },
+    };
+    let client = MetadataClient::new(cloud, endpoint.as_deref());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = tokio::spawn(parcae_worker::cloud::watch(client, interval, move |notice| {
+        let _ = tx.send(notice);
+    }));
+    while let Some(notice) = rx.recv().await {
+        let report = WorkerReport::Notice(notice.to_report(std::time::SystemTime::now()));
+        let sent = async {
+            let mut send = parcae_net::frame::open_uni(
+                &host,
+                StreamHeader::new(StreamKind::Control, WorkerReport::STREAM_TAG),
+            )
+            .await?;
+            parcae_net::send_msg(&mut send, &report).await?;
+            let _ = send.finish();
+            anyhow::Ok(())
+        };
+        match sent.await {
+            Ok(()) => info!(cloud = %notice.cloud, action = %notice.action, "notice reported to the host"),
+            Err(e) => warn!(%e, "could not report the notice to the host"),
+        }
+    }
+    watcher.abort();
 }

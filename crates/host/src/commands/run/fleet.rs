@@ -8,12 +8,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use parcae_cluster::protocol::{Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand};
+use parcae_cluster::protocol::{Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand, WorkerReport};
 use parcae_cluster::{ModelSpec, WorkerId};
 use std::sync::Arc;
 
-use parcae_net::ClusterCa;
+use parcae_net::{ClusterCa, StreamKind};
 use tokio::process::{Child, Command as Process};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::cloud::Shared;
@@ -96,11 +97,17 @@ pub struct Fleet {
     pub peer_timeout: Duration,
     /// What the cloud's kill switch needs to know (pids, connections, the attempt in flight).
     pub shared: Arc<Shared>,
+    /// What workers reported unprompted (their cloud's notices), in arrival order.
+    reports_tx: mpsc::UnboundedSender<(WorkerId, WorkerReport)>,
+    reports: mpsc::UnboundedReceiver<(WorkerId, WorkerReport)>,
 }
 
 impl Fleet {
     pub fn new(launch: Option<LocalLaunch>, peer_timeout: Duration) -> Self {
+        let (reports_tx, reports) = mpsc::unbounded_channel();
         Fleet {
+            reports_tx,
+            reports,
             launch,
             next_id: 1,
             processes: BTreeMap::new(),
@@ -238,9 +245,27 @@ impl Fleet {
         }
         info!(worker = id, addr = %hello.peer_addr, device = %hello.device, "worker joined");
         self.shared.register_conn(id, link.conn.clone());
+        tokio::spawn(forward_reports(id, link.conn.clone(), self.reports_tx.clone()));
         self.workers
             .insert(id, WorkerHandle { link, name: cert_name, peer_addr: hello.peer_addr, leaving: false });
         Some(id)
+    }
+
+    /// What workers reported since the last call (their cloud's preemption notices).
+    pub fn reports(&mut self) -> Vec<(WorkerId, WorkerReport)> {
+        std::iter::from_fn(|| self.reports.try_recv().ok()).collect()
+    }
+
+    /// A worker under a notice it read from its cloud: it takes no new slot.
+    pub fn leaving(&mut self, id: WorkerId) {
+        if let Some(handle) = self.workers.get_mut(&id) {
+            handle.leaving = true;
+        }
+    }
+
+    /// The certificate name of a worker, connected or not (for logs).
+    pub fn name_of(&self, id: WorkerId) -> String {
+        self.workers.get(&id).map_or_else(|| format!("worker-{id}"), |h| h.name.clone())
     }
 
     /// Workers whose process exited or whose connection closed since the last call.
@@ -340,5 +365,28 @@ impl Fleet {
             }
         }
         self.workers.clear();
+    }
+}
+
+/// Reads what worker `id` reports on uni streams of its own (tag [`WorkerReport::STREAM_TAG`])
+/// until its connection closes.
+async fn forward_reports(
+    id: WorkerId,
+    conn: quinn::Connection,
+    reports: mpsc::UnboundedSender<(WorkerId, WorkerReport)>,
+) {
+    while let Ok(mut stream) = parcae_net::accept_stream(&conn).await {
+        if stream.header.kind != StreamKind::Control || stream.header.tag != WorkerReport::STREAM_TAG {
+            warn!(worker = id, header = ?stream.header, "unexpected stream from a worker; ignored");
+            continue;
+        }
+        match parcae_net::frame::recv_msg_limited::<_, WorkerReport>(&mut stream.recv, 64 << 10).await {
+            Ok(report) => {
+                if reports.send((id, report)).is_err() {
+                    return;
+                }
+            }
+            Err(e) => warn!(worker = id, %e, "unreadable report from a worker; ignored"),
+        }
     }
 }

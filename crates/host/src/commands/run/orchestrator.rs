@@ -26,7 +26,7 @@ use parcae_cluster::job::{
     JobCheckpoint, JobState, ReconfigureDecision, ReconfigureStats, StepReport, StepVerdict, WorkerContact,
     effective_layout, settle_step,
 };
-use parcae_cluster::protocol::{BackgroundWrite, Reply, WorkerCommand};
+use parcae_cluster::protocol::{BackgroundWrite, Reply, WorkerCommand, WorkerReport};
 use parcae_cluster::recovery::{
     LossObservations, NoticeRecovery, checkpoint_interval_steps, notice_recovery,
 };
@@ -178,6 +178,8 @@ pub async fn run_job(
                         worker: id,
                         node,
                         grace_ms: settings.grace.as_millis() as u64,
+                        source: "trace".into(),
+                        detail: None,
                     });
                 }
                 CloudNote::Killed { node, announced } => {
@@ -192,6 +194,28 @@ pub async fn run_job(
                     log.event(RunEvent::Killed { worker: id, node, announced });
                 }
             }
+        }
+        // 1b. What the workers' own clouds announced (their metadata services'
+        //     notices): the same as a notice of the replayed trace.
+        for (id, report) in fleet.reports() {
+            let WorkerReport::Notice(notice) = report;
+            if !fleet.is_alive(id) || recovery.deadlines.contains_key(&id) {
+                continue; // gone already, or a repeat of a notice being acted on
+            }
+            let grace = Duration::from_millis(notice.grace_ms);
+            interval_counts.preemptions += 1;
+            fleet_changed = true;
+            job.dirty = true;
+            recovery.deadlines.insert(id, Instant::now() + grace);
+            fleet.leaving(id);
+            info!(worker = id, cloud = %notice.cloud, action = %notice.action, ?grace, "preemption notice from the worker's cloud");
+            log.event(RunEvent::Notice {
+                worker: id,
+                node: fleet.name_of(id),
+                grace_ms: notice.grace_ms,
+                source: notice.cloud.clone(),
+                detail: Some(notice.detail.clone()),
+            });
         }
         // 2. Workers that connected.
         let mut joined = Vec::new();

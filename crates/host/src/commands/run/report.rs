@@ -28,10 +28,16 @@ pub enum RunEvent {
         remote: String,
         reason: String,
     },
+    /// A preemption notice: from the replayed trace (`source` "trace") or read by the
+    /// worker from its cloud's metadata service (`source` "aws", "gcp", "azure"; `detail`
+    /// is what the service said).
     Notice {
         worker: WorkerId,
         node: String,
         grace_ms: u64,
+        source: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
     },
     Killed {
         worker: WorkerId,
@@ -201,6 +207,9 @@ pub struct RunLog {
     /// Metrics served for scrapes (`--metrics-addr`), updated with every event.
     metrics: Option<std::sync::Arc<super::metrics::RunMetrics>>,
     start: Instant,
+    /// The wall clock at `start`, so event times line up with other clocks (a worker's, a
+    /// test's).
+    started: std::time::SystemTime,
     events: Vec<Timed>,
     bar: Option<ProgressBar>,
     summary: Summary,
@@ -218,6 +227,7 @@ impl RunLog {
             context: None,
             metrics: None,
             start: Instant::now(),
+            started: std::time::SystemTime::now(),
             events: Vec::new(),
             bar: None,
             summary: Summary::default(),
@@ -250,6 +260,7 @@ impl RunLog {
     /// Starts the clock and, on a terminal, the progress line.
     pub fn start(&mut self, start: Instant) {
         self.start = start;
+        self.started = std::time::SystemTime::now() - start.elapsed();
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         if !bar.is_hidden() {
             bar.set_style(
@@ -317,7 +328,14 @@ impl RunLog {
 
     /// The event log and summary as one JSON document.
     pub fn write_json(&self, path: &Path, settings: serde_json::Value) -> anyhow::Result<()> {
-        let doc = serde_json::json!({ "settings": settings, "summary": self.summary, "events": self.events });
+        let started_unix_ms =
+            self.started.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let doc = serde_json::json!({
+            "settings": settings,
+            "started_unix_ms": started_unix_ms,
+            "summary": self.summary,
+            "events": self.events,
+        });
         std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
             .with_context(|| format!("writing {}", path.display()))
     }
