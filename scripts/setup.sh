@@ -3,6 +3,7 @@
 # Idempotent: safe to run before every build.
 #   - the wasm32-wasip2 Rust target (guest policies are built for it)
 #   - a Python venv in .venv with componentize-py (the Python example policy)
+#   - componentize-js in tools/componentize-js/node_modules (the JavaScript policies; needs Node.js 18+)
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -15,3 +16,4 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2; then
     rustup target add wasm32-wasip2
 fi
 "$REPO/scripts/setup-python.sh"
+"$REPO/scripts/setup-js.sh"

@@ -111,10 +111,12 @@ impl PolicyArgs {
 /// Which model and cost profile to plan for.
 #[derive(Debug, Args)]
 pub struct ProfileArgs {
-    /// Profile file (default: the embedded example profile).
+    /// Profile file (default: the embedded example profile; for `bench`, the
+    /// embedded p3 V100 profile of the Parcae paper).
     #[arg(long)]
     pub profile: Option<PathBuf>,
-    /// Model in the profile (default: the profile's first model).
+    /// Model in the profile (default: the profile's first model; for `bench`
+    /// on its default profile, gpt-1.5b).
     #[arg(long)]
     pub model: Option<String>,
     /// Cost-model constants file (default: the embedded one).
@@ -140,10 +142,30 @@ impl ProfileArgs {
 
     /// The policy-level profile of the chosen model and the instance prices.
     pub fn load_with_prices(&self) -> anyhow::Result<(ModelProfile, Prices)> {
-        let profile = self.raw()?;
+        self.load_with_prices_from(self.raw()?, None)
+    }
+
+    /// As [`ProfileArgs::load_with_prices`], with the embedded `fallback`
+    /// profile (name, JSON) and its `fallback_model` when `--profile` is not given.
+    pub fn load_with_prices_or(
+        &self,
+        fallback: (&str, &str),
+        fallback_model: &str,
+    ) -> anyhow::Result<(ModelProfile, Prices)> {
+        match &self.profile {
+            Some(_) => self.load_with_prices(),
+            None => self.load_with_prices_from(embedded::profile_or(None, fallback)?, Some(fallback_model)),
+        }
+    }
+
+    fn load_with_prices_from(
+        &self,
+        profile: Profile,
+        default_model: Option<&str>,
+    ) -> anyhow::Result<(ModelProfile, Prices)> {
         let constants = self.constants()?;
-        let model = match &self.model {
-            Some(model) => model.clone(),
+        let model = match self.model.as_deref().or(default_model) {
+            Some(model) => model.to_string(),
             None => profile
                 .model_names()
                 .first()

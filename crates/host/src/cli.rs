@@ -1,21 +1,32 @@
 //! The command line of `parcae-host`: the subcommands and their dispatch.
 //! Each subcommand's arguments and body live in its module under
 //! [`crate::commands`]; groups several share live in [`crate::args`].
+//! Without a subcommand, `parcae-host [run options]` is `parcae-host run`
+//! (`parcae-host --policy my.wasm` trains with that policy on the embedded
+//! defaults).
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::{bench, bench_migration, policy, provision, replay, run as train, trace};
 
 /// Parcae: train on spot instances, reconfiguring before preemptions hit.
+///
+/// Without a subcommand it trains: `parcae-host [RUN OPTIONS]` is
+/// `parcae-host run [RUN OPTIONS]` (the embedded demo trace and policy unless
+/// given), e.g. `parcae-host --policy my.wasm`.
 #[derive(Debug, Parser)]
 #[command(name = "parcae-host", version, about)]
 pub struct Cli {
     /// Logging: `-v` and `--log-format`.
     #[command(flatten)]
     pub log: parcae_logging::LogOptions,
-    /// What to do.
+    /// What to do (default: `run`).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+    /// The options of `run`, for the default command.
+    #[command(flatten, next_help_heading = "Run options (without a subcommand)")]
+    pub run: Box<train::RunArgs>,
 }
 
 /// The subcommands.
@@ -44,9 +55,51 @@ pub enum Command {
     Run(Box<train::RunArgs>),
 }
 
+impl Cli {
+    /// Parses `args` (the program name first), refusing `run` options given
+    /// before a subcommand (`parcae-host --policy x.wasm bench`), which the
+    /// subcommand would otherwise silently ignore. `--verbose` and `--log-format` go anywhere.
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut command = Cli::command();
+        let matches = command.try_get_matches_from_mut(args)?;
+        if let Some(subcommand) = matches.subcommand_name() {
+            let misplaced = matches.ids().map(|id| id.as_str()).find(|&id| {
+                !["verbose", "log_format"].contains(&id)
+                    && matches.value_source(id) == Some(ValueSource::CommandLine)
+            });
+            if let Some(id) = misplaced {
+                let flag = command
+                    .get_arguments()
+                    .find(|a| a.get_id() == id)
+                    .and_then(|a| a.get_long())
+                    .map_or_else(|| id.to_string(), |long| format!("--{long}"));
+                return Err(command.error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!(
+                        "{flag} is an option of the default command (run) and cannot come before \
+                         `{subcommand}`; write it after the subcommand"
+                    ),
+                ));
+            }
+        }
+        Cli::from_arg_matches(&matches)
+    }
+
+    /// [`Cli::try_parse_checked`] of this process's arguments; prints the
+    /// error or help and exits when they do not parse.
+    pub fn parse_checked() -> Cli {
+        Cli::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+}
+
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
+    let Some(command) = cli.command else { return train::run(&cli.run) };
+    match command {
         Command::Policy(command) => policy::run(&command),
         Command::Trace(command) => trace::run(&command),
         Command::Replay(args) => replay::run(&args),
@@ -54,5 +107,39 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Provision(args) => provision::run(&args),
         Command::BenchMigration(args) => bench_migration::run(&args),
         Command::Run(args) => train::run(&args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_subcommand_the_run_options_train() {
+        let cli =
+            Cli::try_parse_checked(["parcae-host", "--policy", "mine.wasm", "--max-steps", "3"]).unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.run.policies.policy.as_deref(), Some("mine.wasm"));
+        assert_eq!(cli.run.max_steps, Some(3));
+        // No option at all: `run` on the embedded defaults.
+        let cli = Cli::try_parse_checked(["parcae-host"]).unwrap();
+        assert!(cli.command.is_none() && cli.run.policies.policy.is_none());
+    }
+
+    #[test]
+    fn subcommands_keep_their_own_options() {
+        let cli =
+            Cli::try_parse_checked(["parcae-host", "bench", "--policy", "a.wasm", "--policy", "b.wasm"])
+                .unwrap();
+        let Some(Command::Bench(args)) = cli.command else { panic!("bench expected") };
+        assert_eq!(args.policies, ["a.wasm", "b.wasm"]);
+        let cli = Cli::try_parse_checked(["parcae-host", "-v", "run", "--policy", "x.wasm"]).unwrap();
+        assert!(cli.log.verbose);
+        let Some(Command::Run(args)) = cli.command else { panic!("run expected") };
+        assert_eq!(args.policies.policy.as_deref(), Some("x.wasm"));
+        // Run options before a subcommand are refused, not silently dropped.
+        let e = Cli::try_parse_checked(["parcae-host", "--policy", "x.wasm", "bench"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{e}");
+        assert!(e.to_string().contains("--policy is an option of the default command (run)"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
 //! What the host carries inside its binary so it runs with nothing on disk: the
-//! policy components, a small trace, and a small profile, and the one place
-//! that falls back to them when no file is given.
+//! policy components, the demo trace and example profile (`run`, `replay`),
+//! the paper's p3 trace and profile (`bench`), the cost and peer constants,
+//! and the one place that falls back to them when no file is given.
 
 use std::path::Path;
 
@@ -30,22 +31,62 @@ pub const DEFAULT_POLICY: &str = "builtin:guarded-liveput";
 /// Name of an embedded policy on the command line: `builtin:NAME`.
 pub const BUILTIN_PREFIX: &str = "builtin:";
 
-/// The embedded policies, by the name used after `builtin:`.
-pub const BUILTIN_POLICIES: &[(&str, &[u8])] = &[
-    ("guarded-liveput", GUARDED_LIVEPUT_POLICY),
-    ("arima-liveput", ARIMA_LIVEPUT_POLICY),
-    ("robust-liveput", ROBUST_LIVEPUT_POLICY),
-    ("reactive", REACTIVE_POLICY),
+/// One policy component the binary carries.
+#[derive(Debug, Clone, Copy)]
+pub struct BuiltinPolicy {
+    /// The name used after `builtin:`.
+    pub name: &'static str,
+    /// The component.
+    pub bytes: &'static [u8],
+    /// What it does, in one line (`policy list`).
+    pub description: &'static str,
+}
+
+/// The embedded policies, the default first.
+pub const BUILTIN_POLICIES: &[BuiltinPolicy] = &[
+    BuiltinPolicy {
+        name: "guarded-liveput",
+        bytes: GUARDED_LIVEPUT_POLICY,
+        description: "the default: robust liveput under a regret guard against the reactive baseline",
+    },
+    BuiltinPolicy {
+        name: "arima-liveput",
+        bytes: ARIMA_LIVEPUT_POLICY,
+        description: "the Parcae paper's policy: ARIMA(1,1,0) forecast + liveput dynamic program",
+    },
+    BuiltinPolicy {
+        name: "robust-liveput",
+        bytes: ROBUST_LIVEPUT_POLICY,
+        description: "the paper's policy hedged against the preemptions a flat forecast hides",
+    },
+    BuiltinPolicy {
+        name: "reactive",
+        bytes: REACTIVE_POLICY,
+        description: "throughput-optimal baseline: persistence forecast, fastest layout that fits now",
+    },
 ];
 
 /// The embedded policy called `name`.
-pub fn builtin_policy(name: &str) -> Option<&'static [u8]> {
-    BUILTIN_POLICIES.iter().find(|(n, _)| *n == name).map(|(_, bytes)| *bytes)
+pub fn builtin_policy(name: &str) -> Option<&'static BuiltinPolicy> {
+    BUILTIN_POLICIES.iter().find(|p| p.name == name)
 }
 
 /// The project's demo trace (8 instances, one hour), used when no trace is given.
 pub const DEMO_TRACE: (&str, &str) =
     ("data/traces/demo-8node.csv", include_str!("../../../data/traces/demo-8node.csv"));
+
+/// The Parcae paper's AWS p3 availability trace (up to 32 p3.2xlarge V100
+/// instances over 11.4 h; `data/traces/PROVENANCE.md`): `bench`'s default trace.
+pub const P3_TRACE: (&str, &str) =
+    ("data/traces/aws-p3/p3-events.csv", include_str!("../../../data/traces/aws-p3/p3-events.csv"));
+
+/// The Parcae artifact's p3.2xlarge (V100) profile of the paper's models
+/// (`data/profiles/PROVENANCE.md`): `bench`'s default profile.
+pub const P3_PROFILE: (&str, &str) =
+    ("data/profiles/p3-v100-parcae.json", include_str!("../../../data/profiles/p3-v100-parcae.json"));
+
+/// The model `bench` plans for by default on [`P3_PROFILE`].
+pub const P3_DEFAULT_MODEL: &str = "gpt-1.5b";
 
 /// The project's example profile (an illustrative small GPT on 8 instances).
 pub const EXAMPLE_PROFILE: (&str, &str) =
@@ -79,8 +120,26 @@ pub fn constants_or_embedded(path: Option<&Path>) -> Result<CostConstants, Profi
 
 /// The profile at `path`, or the example profile when no path is given.
 pub fn profile_or_example(path: Option<&Path>) -> Result<Profile, ProfileError> {
+    profile_or(path, EXAMPLE_PROFILE)
+}
+
+/// The profile at `path`, or the embedded `fallback` (name, JSON) when no path is given.
+pub fn profile_or(path: Option<&Path>, fallback: (&str, &str)) -> Result<Profile, ProfileError> {
     match path {
         Some(path) => Profile::load(path),
-        None => Profile::from_json(EXAMPLE_PROFILE.1, EXAMPLE_PROFILE.0),
+        None => Profile::from_json(fallback.1, fallback.0),
+    }
+}
+
+/// The trace at `path` (in `format`, or detected), or the embedded `fallback`
+/// (name, text) when no path is given.
+pub fn trace_or(
+    path: Option<&Path>,
+    format: Option<Format>,
+    fallback: (&str, &str),
+) -> Result<Trace, TraceError> {
+    match path {
+        Some(_) => trace_or_demo(path, format),
+        None => parcae_traces::parse(Path::new(fallback.0), fallback.1.as_bytes(), format),
     }
 }

@@ -7,7 +7,8 @@
 //! Layout: [`cli`] parses and dispatches; [`commands`] holds one module per
 //! subcommand; the modules they share are [`args`] (argument groups),
 //! [`control`] (the control step), [`record`] (scored-run records),
-//! [`svg`] (the figures' builder), [`policies`] (loading components) and
+//! [`svg`] (the figures' builder), [`policies`] (loading components),
+//! [`progress`] (progress bars), [`templates`] (the `policy new` scaffolds) and
 //! [`embedded`] (what the binary carries, and the fallbacks to it).
 
 pub mod args;
@@ -16,5 +17,7 @@ pub mod commands;
 pub mod control;
 pub mod embedded;
 pub mod policies;
+pub mod progress;
 pub mod record;
 pub mod svg;
+pub mod templates;

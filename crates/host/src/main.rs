@@ -1,10 +1,8 @@
 //! `parcae-host`: the orchestrator's command line. All logic lives in the
 //! library; this file parses arguments, sets up logging and reports errors.
 
-use clap::Parser;
-
 fn main() -> std::process::ExitCode {
-    let cli = parcae_host::cli::Cli::parse();
+    let cli = parcae_host::cli::Cli::parse_checked();
     parcae_logging::init(cli.log, "info");
     match parcae_host::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -11,11 +11,11 @@ use crate::embedded::{BUILTIN_POLICIES, BUILTIN_PREFIX, builtin_policy};
 /// Load one policy argument: a path to a `.wasm` component or `builtin:NAME`.
 pub fn load_policy(runtime: &PolicyRuntime, spec: &str) -> anyhow::Result<Arc<PolicyComponent>> {
     if let Some(name) = spec.strip_prefix(BUILTIN_PREFIX) {
-        let Some(bytes) = builtin_policy(name) else {
-            let names: Vec<&str> = BUILTIN_POLICIES.iter().map(|(n, _)| *n).collect();
+        let Some(builtin) = builtin_policy(name) else {
+            let names: Vec<&str> = BUILTIN_POLICIES.iter().map(|p| p.name).collect();
             bail!("unknown built-in policy '{name}'; available: {}", names.join(", "));
         };
-        return Ok(runtime.load_bytes(spec, bytes)?);
+        return Ok(runtime.load_bytes(spec, builtin.bytes)?);
     }
     Ok(runtime.load_file(Path::new(spec))?)
 }

@@ -1,6 +1,7 @@
 //! `parcae-host bench` end to end: the binary on the project's demo trace with
-//! the embedded profile (table, JSON, CSV, SVG), determinism, and a public p3
-//! reference segment with the p3 profile (`shared/` beside the checkout).
+//! the example profile (table, JSON, CSV, SVG), determinism, a public p3
+//! reference segment with the p3 profile (`data/`), and `bench` with no
+//! arguments run outside the repository (everything it needs is embedded).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,8 +32,13 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Runs `parcae-host bench ARGS` from the workspace root; returns stdout.
 fn bench(args: &[&str]) -> String {
+    bench_in(&root(), args)
+}
+
+/// Runs `parcae-host bench ARGS` from `dir`; returns stdout.
+fn bench_in(dir: &Path, args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
-        .current_dir(root())
+        .current_dir(dir)
         .arg("bench")
         .args(args)
         .output()
@@ -63,6 +69,8 @@ fn demo_trace_table_json_csv_and_svg() {
     let stdout = bench(&[
         "--trace",
         "data/traces/demo-8node.csv",
+        "--profile",
+        "data/profiles/example-small.json",
         "--policy",
         "builtin:reactive",
         "--json",
@@ -131,6 +139,45 @@ fn demo_trace_table_json_csv_and_svg() {
 }
 
 #[test]
+fn with_no_arguments_it_compares_the_default_with_every_baseline_and_peer_on_p3() {
+    // Outside the repository: the trace, profile and constants are embedded.
+    let dir = scratch("tour");
+    let stdout = bench_in(&dir, &[]);
+    assert!(
+        stdout.contains("p3-events.csv (data/traces/aws-p3/p3-events.csv), model gpt-1.5b: 683 intervals"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("preemption notice 120 s (AWS spot"), "{stdout}");
+    for row in [
+        "| ideal",
+        "| oracle",
+        "| liveput-truth",
+        "| reactive ",
+        "| reactive-restart",
+        "| bamboo ",
+        "| bamboo-slow",
+        "| varuna",
+        "| oobleck",
+        "| on-demand",
+        "| builtin:guarded-liveput",
+    ] {
+        assert!(stdout.contains(row), "missing row {row}:\n{stdout}");
+    }
+    // Where the plot went, and what to try next.
+    assert!(stdout.contains("plot: plots/p3-events-gpt-1.5b.svg"), "{stdout}");
+    let svg = std::fs::read_to_string(dir.join("plots/p3-events-gpt-1.5b.svg")).unwrap();
+    assert!(svg.contains("builtin:guarded-liveput") && svg.trim_end().ends_with("</svg>"));
+    assert!(
+        stdout.contains("next:") && stdout.contains("parcae-host policy new mine --lang rust"),
+        "{stdout}"
+    );
+    // With any argument the hints and the default plot directory are gone.
+    let stdout = bench_in(&dir, &["--baselines", "ideal", "--peers", "none", "--policy", "builtin:reactive"]);
+    assert!(!stdout.contains("next:") && !stdout.contains("plot:"), "{stdout}");
+    assert!(stdout.contains("| builtin:reactive") && !stdout.contains("| oobleck"), "{stdout}");
+}
+
+#[test]
 fn json_is_deterministic() {
     let dir = scratch("determinism");
     let run = |name: &str| {
@@ -159,6 +206,8 @@ fn p3_reference_segment_with_the_p3_profile() {
         "builtin:reactive",
         "--baselines",
         "ideal,oracle,reactive,artifact",
+        "--peers",
+        "none",
         "--json",
         json.to_str().unwrap(),
     ]);

@@ -16,6 +16,20 @@ use crate::sandbox::{EPOCH_TICK, GuestState, SandboxLimits};
 const PREDICTOR_EXPORT: &str = "parcae:policy/predictor@0.2.0";
 const OPTIMIZER_EXPORT: &str = "parcae:policy/optimizer@0.2.0";
 const LOG_IMPORT: &str = "parcae:policy/log@0.2.0";
+const TYPES_IMPORT: &str = "parcae:policy/types@0.2.0";
+
+/// The WASI packages the sandbox links (wasmtime-wasi's p2 set), granting no
+/// capability through them. A component importing another WASI package
+/// (`wasi:http`, which a default componentize-js build imports for `fetch`)
+/// gets those imports as stubs that trap when called (see
+/// [`PolicyComponent::stubbed_imports`]).
+const LINKED_WASI_PACKAGES: &[&str] =
+    &["wasi:io/", "wasi:clocks/", "wasi:random/", "wasi:cli/", "wasi:filesystem/", "wasi:sockets/"];
+
+/// Whether `import` is a WASI interface outside the linked set.
+fn is_unlinked_wasi(import: &str) -> bool {
+    import.starts_with("wasi:") && !LINKED_WASI_PACKAGES.iter().any(|p| import.starts_with(p))
+}
 
 /// Why a component could not be loaded as a policy.
 #[derive(Debug, thiserror::Error)]
@@ -203,7 +217,28 @@ impl PolicyRuntime {
             });
         }
         let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_string()).collect();
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+        // WASI interfaces outside the linked set become trapping stubs, but only
+        // when everything else the component imports is WASI or the policy
+        // contract: a foreign import stays a load error naming it.
+        let stubbed: Vec<String> = imports.iter().filter(|i| is_unlinked_wasi(i)).cloned().collect();
+        let only_wasi_and_contract =
+            imports.iter().all(|i| i.starts_with("wasi:") || i == LOG_IMPORT || i == TYPES_IMPORT);
+        let stubbing_linker;
+        let (linker, stubbed) = if !stubbed.is_empty() && only_wasi_and_contract {
+            let mut linker = self.linker.clone();
+            stub_unlinked_wasi(&mut linker, &self.engine, &component).map_err(|e| {
+                LoadError::UnsupportedImport {
+                    name: name.to_string(),
+                    import: stubbed.join(", "),
+                    reason: format!("cannot stub it: {e:#}"),
+                }
+            })?;
+            stubbing_linker = linker;
+            (&stubbing_linker, stubbed)
+        } else {
+            (&self.linker, Vec::new())
+        };
+        let pre = linker.instantiate_pre(&component).map_err(|e| {
             let reason = format!("{e:#}");
             let import = imports
                 .iter()
@@ -234,6 +269,7 @@ impl PolicyRuntime {
             optimizer,
             exports,
             imports,
+            stubbed,
             limits: self.limits.clone(),
         });
         // Instantiate once now so that type mismatches and failing start-up
@@ -264,6 +300,7 @@ pub struct PolicyComponent {
     pub(crate) optimizer: Option<OptimizerIndices>,
     exports: Exports,
     imports: Vec<String>,
+    stubbed: Vec<String>,
     pub(crate) limits: SandboxLimits,
 }
 
@@ -281,6 +318,13 @@ impl PolicyComponent {
     /// Every interface it imports (WASI ones are linked but grant nothing).
     pub fn imports(&self) -> &[String] {
         &self.imports
+    }
+
+    /// The imports of WASI packages the sandbox does not link (e.g.
+    /// `wasi:http`), satisfied by stubs that trap when called: the guest loads,
+    /// and a call that reaches one faults and falls back.
+    pub fn stubbed_imports(&self) -> &[String] {
+        &self.stubbed
     }
 
     /// Whether it imports the host's log interface.
@@ -306,6 +350,57 @@ fn forbid_blocking(linker: &mut Linker<GuestState>) -> wasmtime::Result<()> {
         })?;
     }
     linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// The host type behind every stubbed resource (never constructed: no stub
+/// function returns one).
+struct StubResource;
+
+/// Defines, in `linker`, every function of `component`'s imports from WASI
+/// packages outside [`LINKED_WASI_PACKAGES`] as a function that traps, and
+/// every resource those interfaces introduce as an opaque host resource. A
+/// resource such an interface only re-uses (`use wasi:io/streams.{input-stream}`
+/// in `wasi:http/types`) is left to its owner's definition, so the linked WASI
+/// types still match.
+fn stub_unlinked_wasi(
+    linker: &mut Linker<GuestState>,
+    engine: &Engine,
+    component: &Component,
+) -> wasmtime::Result<()> {
+    use wasmtime::component::ResourceType;
+    use wasmtime::component::types::ComponentItem;
+    let ty = component.component_type();
+    // Resources already introduced by an earlier import, in import order.
+    let mut seen: Vec<ResourceType> = Vec::new();
+    for (import, item) in ty.imports(engine) {
+        let ComponentItem::ComponentInstance(instance) = item.ty else { continue };
+        let mut stub = if is_unlinked_wasi(import) { Some(linker.instance(import)?) } else { None };
+        for (export, item) in instance.exports(engine) {
+            match item.ty {
+                ComponentItem::Resource(resource) => {
+                    if seen.contains(&resource) {
+                        continue;
+                    }
+                    seen.push(resource);
+                    if let Some(stub) = &mut stub {
+                        stub.resource(export, ResourceType::host::<StubResource>(), |_, _| Ok(()))?;
+                    }
+                }
+                ComponentItem::ComponentFunc(_) => {
+                    if let Some(stub) = &mut stub {
+                        let message = format!(
+                            "{import}#{export} was called: the policy sandbox does not provide {import}"
+                        );
+                        stub.func_new(export, move |_store, _ty, _params, _results| {
+                            Err(wasmtime::Error::msg(message.clone()))
+                        })?;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     Ok(())
 }
 

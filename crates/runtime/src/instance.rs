@@ -103,7 +103,16 @@ impl PolicyInstance {
         report_dropped_logs(live.store.data_mut());
         match outcome {
             Ok(Ok(Ok(answer))) => Ok(answer),
-            Ok(Ok(Err(message))) => Err(self.fault(call, FaultKind::GuestError, clip(&message).to_string())),
+            // A guest whose engine turns a refused memory growth into an error
+            // of its own (a JavaScript "out of memory") hit the memory limit.
+            Ok(Ok(Err(message))) => match memory_limit(live.store.data()) {
+                Some(detail) => Err(self.fault(
+                    call,
+                    FaultKind::MemoryLimit,
+                    format!("{detail}; the guest reported: {}", clip(&message)),
+                )),
+                None => Err(self.fault(call, FaultKind::GuestError, clip(&message).to_string())),
+            },
             Ok(Err(error)) => {
                 let (kind, detail) = classify(&error, live.store.data());
                 // A trapped instance is poisoned: start afresh next call.
@@ -200,15 +209,8 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> (FaultKind, String) 
         if stderr.is_empty() { detail } else { format!("{detail}; guest stderr: {}", clip(&stderr)) }
     };
     let limits = state.limits();
-    if let Some(requested) = state.limiter.memory_refused {
-        return (
-            FaultKind::MemoryLimit,
-            format!(
-                "asked for {} MiB of memory in total, the limit is {} MiB",
-                requested >> 20,
-                limits.memory_bytes >> 20
-            ),
-        );
+    if let Some(detail) = memory_limit(state) {
+        return (FaultKind::MemoryLimit, detail);
     }
     match error.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::OutOfFuel) => {
@@ -234,6 +236,17 @@ fn classify(error: &wasmtime::Error, state: &GuestState) -> (FaultKind, String) 
             }
         }
     }
+}
+
+/// What the limiter refused during the call, if it refused a memory growth.
+fn memory_limit(state: &GuestState) -> Option<String> {
+    state.limiter.memory_refused.map(|requested| {
+        format!(
+            "asked for {} MiB of memory in total, the limit is {} MiB",
+            requested >> 20,
+            state.limits().memory_bytes >> 20
+        )
+    })
 }
 
 /// At most [`DETAIL_BYTES`] of guest-controlled text, cut on a char boundary.

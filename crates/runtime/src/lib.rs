@@ -10,7 +10,10 @@
 //! The sandbox grants nothing: the guest sees WASI's interfaces (a std guest
 //! imports them even when it does no I/O) but no files, sockets, environment,
 //! arguments or inherited stdio; its clocks are frozen and its randomness is
-//! seeded, so a policy's decisions are reproducible.
+//! seeded, so a policy's decisions are reproducible. WASI packages beyond
+//! wasmtime-wasi's p2 set (`wasi:http`, which a default componentize-js build
+//! imports for `fetch`) are satisfied by stubs that trap when called
+//! ([`PolicyComponent::stubbed_imports`]).
 
 mod bindings;
 mod component;

@@ -1,9 +1,15 @@
-//! `parcae-host policy`: inspect and validate policy components.
+//! `parcae-host policy`: inspect and validate policy components, list and
+//! export the embedded ones, and scaffold new ones.
 
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 use clap::Subcommand;
 
 use crate::args::SandboxArgs;
+use crate::embedded::{BUILTIN_POLICIES, BUILTIN_PREFIX, DEFAULT_POLICY, builtin_policy};
 use crate::policies::load_policy;
+use crate::templates::{self, Lang};
 
 /// The `policy` subcommands.
 #[derive(Debug, Subcommand)]
@@ -17,13 +23,102 @@ pub enum PolicyCommand {
         #[command(flatten)]
         sandbox: SandboxArgs,
     },
+    /// List the policies embedded in this binary (`builtin:NAME`), with their
+    /// worlds and what they do.
+    List,
+    /// Write an embedded policy to a `.wasm` file, to run, share or inspect
+    /// like any other component (`parcae-host --policy FILE.wasm`).
+    Export {
+        /// The embedded policy (`NAME` or `builtin:NAME`; `policy list` names them).
+        name: String,
+        /// The file to write (default: NAME.wasm with `-` as `_`).
+        #[arg(short, long, value_name = "FILE.wasm")]
+        output: Option<PathBuf>,
+    },
+    /// Create a ready-to-build policy project: the WIT contract, the language's
+    /// bindings setup, a persistence predictor with a throughput-optimal
+    /// optimizer, a build script and a README.
+    New {
+        /// The policy's name (its package name, and the component NAME.wasm).
+        name: String,
+        /// The language to write it in.
+        #[arg(long, value_enum)]
+        lang: Lang,
+        /// The directory to create (default: ./NAME); it must be absent or empty.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// Runs a `policy` subcommand.
 pub fn run(command: &PolicyCommand) -> anyhow::Result<()> {
     match command {
         PolicyCommand::Check { policies, sandbox } => check(policies, sandbox),
+        PolicyCommand::List => list(),
+        PolicyCommand::Export { name, output } => export(name, output.as_deref()),
+        PolicyCommand::New { name, lang, dir } => new(name, *lang, dir.as_deref()),
     }
+}
+
+/// `policy list`: every embedded policy, its world and what it does.
+fn list() -> anyhow::Result<()> {
+    let runtime = parcae_runtime::PolicyRuntime::new(parcae_runtime::SandboxLimits::default())?;
+    let default = DEFAULT_POLICY.strip_prefix(BUILTIN_PREFIX).unwrap_or(DEFAULT_POLICY);
+    let width = BUILTIN_POLICIES.iter().map(|p| p.name.len()).max().unwrap_or(0) + BUILTIN_PREFIX.len();
+    for policy in BUILTIN_POLICIES {
+        let spec = format!("{BUILTIN_PREFIX}{}", policy.name);
+        let component = load_policy(&runtime, &spec)?;
+        println!(
+            "{spec:<width$}  {:<16}  {:>4} KiB  {}{}",
+            component.exports().world(),
+            policy.bytes.len().div_ceil(1024),
+            policy.description,
+            if policy.name == default { " (default)" } else { "" }
+        );
+    }
+    println!(
+        "\nuse one as `--policy builtin:NAME`; `parcae-host policy export NAME -o FILE.wasm` writes it to a file"
+    );
+    Ok(())
+}
+
+/// `policy export`: writes an embedded component to a file.
+fn export(name: &str, output: Option<&Path>) -> anyhow::Result<()> {
+    let bare = name.strip_prefix(BUILTIN_PREFIX).unwrap_or(name);
+    let Some(policy) = builtin_policy(bare) else {
+        let names: Vec<&str> = BUILTIN_POLICIES.iter().map(|p| p.name).collect();
+        anyhow::bail!(
+            "no embedded policy '{bare}'; embedded: {} (see `parcae-host policy list`)",
+            names.join(", ")
+        );
+    };
+    let output =
+        output.map_or_else(|| PathBuf::from(format!("{}.wasm", bare.replace('-', "_"))), Path::to_path_buf);
+    std::fs::write(&output, policy.bytes).with_context(|| format!("writing {}", output.display()))?;
+    println!("wrote {} ({} bytes, {}{})", output.display(), policy.bytes.len(), BUILTIN_PREFIX, policy.name);
+    println!("next: parcae-host --policy {}", output.display());
+    Ok(())
+}
+
+/// `policy new`: writes a project from the language's template.
+fn new(name: &str, lang: Lang, dir: Option<&Path>) -> anyhow::Result<()> {
+    let dir = dir.map_or_else(|| PathBuf::from(name), Path::to_path_buf);
+    let files = templates::scaffold(name, lang, &dir)?;
+    println!(
+        "created {} ({} policy, world full-policy of {}):",
+        dir.display(),
+        lang.as_str(),
+        parcae_runtime::WIT_PACKAGE
+    );
+    for file in &files {
+        println!("  {file}");
+    }
+    let wasm = dir.join(format!("{name}.wasm"));
+    println!("next:");
+    println!("  {}/build.sh", dir.display());
+    println!("  parcae-host policy check {}", wasm.display());
+    println!("  parcae-host bench --policy {}", wasm.display());
+    Ok(())
 }
 
 /// `policy check`: loads each component and prints what it implements.
@@ -41,13 +136,20 @@ fn check(policies: &[String], sandbox: &SandboxArgs) -> anyhow::Result<()> {
                 );
                 println!("  predictor: {}", if exports.predictor { "exported" } else { "-" });
                 println!("  optimizer: {}", if exports.optimizer { "exported" } else { "-" });
-                let (wasi, other): (Vec<_>, Vec<_>) =
-                    component.imports().iter().partition(|i| i.starts_with("wasi:"));
+                let stubbed = component.stubbed_imports();
+                let (wasi, other): (Vec<_>, Vec<_>) = component
+                    .imports()
+                    .iter()
+                    .filter(|i| !stubbed.contains(i))
+                    .partition(|i| i.starts_with("wasi:"));
                 for import in other {
                     println!("  imports {import}");
                 }
                 if !wasi.is_empty() {
                     println!("  imports {} WASI interfaces (linked, no capability granted)", wasi.len());
+                }
+                for import in stubbed {
+                    println!("  imports {import} (not provided: a stub that traps if called)");
                 }
             }
             Err(error) => {

@@ -35,14 +35,12 @@ mod plots;
 mod score;
 mod table;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-pub use peers::{PEER_CONSTANTS, PeerArg, load_peer_constants, parse_peer_constants};
+pub use peers::{PEER_CONSTANTS, PeerArg, covers, load_peer_constants, parse_peer_constants};
 pub use score::{Baseline, BenchSettings, PolicyEntry, Row, TraceBench, bench_trace};
 pub use table::{LEGEND, records, table};
 
@@ -50,20 +48,23 @@ use score::baseline_units;
 use table::describe;
 
 use crate::args::{NoticeArgs, ProfileArgs, SandboxArgs, TraceInput};
+use crate::embedded::{self, DEFAULT_POLICY, P3_DEFAULT_MODEL, P3_PROFILE, P3_TRACE};
 use crate::policies::load_policy;
+use crate::progress;
 use crate::record::{write_csv, write_json};
 
 /// Arguments of `parcae-host bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Traces to score on (default: the embedded demo trace). Repeatable, or
-    /// several after one `--trace`.
+    /// Traces to score on (default: the Parcae paper's AWS p3 trace, embedded).
+    /// Repeatable, or several after one `--trace`.
     #[arg(long, num_args = 1.., value_name = "FILE")]
     pub trace: Vec<PathBuf>,
     #[command(flatten)]
     /// How to read the traces.
     pub input: TraceInput,
-    /// Policy component to score (`.wasm` or `builtin:NAME`); repeatable.
+    /// Policy component to score (`.wasm` or `builtin:NAME`); repeatable
+    /// (default: builtin:guarded-liveput).
     #[arg(long = "policy", value_name = "POLICY")]
     pub policies: Vec<String>,
     #[command(flatten)]
@@ -76,7 +77,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST", default_values_t = Baseline::ALL)]
     pub baselines: Vec<Baseline>,
     /// Published systems to compare with, comma-separated (bamboo, varuna,
-    /// oobleck, on-demand, or all), modelled on the same profile.
+    /// oobleck, on-demand, all, or none), modelled on the same profile
+    /// (default: all when the peer constants have figures for the model, else none).
     #[arg(long, value_enum, value_delimiter = ',', value_name = "LIST")]
     pub peers: Vec<PeerArg>,
     /// The peers' constants (default: the embedded profiles/peer-constants.json).
@@ -92,7 +94,8 @@ pub struct BenchArgs {
     /// Write one CSV row per (trace, policy) to this file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
-    /// Write one SVG plot per trace into this directory (created if missing).
+    /// Write one SVG plot per trace into this directory (created if missing;
+    /// default: `plots/` when `bench` runs with no arguments, else none).
     #[arg(long)]
     pub plot: Option<PathBuf>,
     #[command(flatten)]
@@ -121,56 +124,99 @@ fn plot_name(bench: &TraceBench, model: &str, taken: &mut Vec<String>) -> String
     name
 }
 
-fn progress_bar(total: u64) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+/// Where `bench` with no arguments writes its plots.
+pub const TOUR_PLOT_DIR: &str = "plots";
+
+impl BenchArgs {
+    /// Whether nothing that picks what to compare was given: then `bench`
+    /// compares the default policy with every baseline and peer on the paper's
+    /// p3 trace and GPT-1.5B, writes plots to [`TOUR_PLOT_DIR`] and suggests
+    /// what to try next.
+    pub fn is_tour(&self) -> bool {
+        self.trace.is_empty()
+            && self.policies.is_empty()
+            && self.profile.profile.is_none()
+            && self.profile.model.is_none()
+            && self.peers.is_empty()
+            && self.plot.is_none()
+            && self.json.is_none()
+            && self.csv.is_none()
     }
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed}] {wide_msg}") {
-        bar.set_style(style);
+
+    /// The policies to score: `--policy`, or the default.
+    pub fn policy_specs(&self) -> Vec<String> {
+        if self.policies.is_empty() { vec![DEFAULT_POLICY.to_string()] } else { self.policies.clone() }
     }
-    bar
+
+    /// The plot directory: `--plot`, or [`TOUR_PLOT_DIR`] with no arguments.
+    pub fn plot_dir(&self) -> Option<PathBuf> {
+        self.plot.clone().or_else(|| self.is_tour().then(|| PathBuf::from(TOUR_PLOT_DIR)))
+    }
 }
+
+/// What to try after `bench` with no arguments.
+pub const NEXT_STEPS: &str = "\
+next:
+  the paper's own policy against the default:
+    parcae-host bench --policy builtin:guarded-liveput --policy builtin:arima-liveput
+  another model, trace or notice:
+    parcae-host bench --model gpt-6.7b --notice-seconds 0
+    parcae-host bench --trace data/traces/aws-g4dn/g4dn-events.csv
+  write your own policy (rust, python or js), build it, score it:
+    parcae-host policy new mine --lang rust && (cd mine && ./build.sh)
+    parcae-host bench --policy mine/mine.wasm
+  train for real with a policy file (a local cluster on loopback):
+    parcae-host policy export arima-liveput -o arima_liveput.wasm && parcae-host --policy arima_liveput.wasm";
 
 /// `parcae-host bench`.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let interval_ms = args.input.interval_ms()?;
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
-    let (profile, prices) = args.profile.load_with_prices()?;
+    let tour = args.is_tour();
+    let (profile, prices) = args.profile.load_with_prices_or(P3_PROFILE, P3_DEFAULT_MODEL)?;
     let constants = args.profile.constants()?;
     let mut baselines = args.baselines.clone();
     baselines.sort();
     baselines.dedup();
-    let peers = PeerArg::expand(&args.peers);
-    let peer_constants =
-        if peers.is_empty() { None } else { Some(load_peer_constants(args.peer_constants.as_deref())?) };
+    let peer_constants = load_peer_constants(args.peer_constants.as_deref())?;
+    let peers = if args.peers.is_empty() {
+        if peers::covers(&peer_constants, &profile.model) {
+            PeerArg::expand(&[PeerArg::All])
+        } else {
+            Vec::new()
+        }
+    } else {
+        PeerArg::expand(&args.peers)
+    };
     let settings = BenchSettings {
+        peer_constants: (!peers.is_empty()).then_some(peer_constants),
         peers,
-        peer_constants,
         peer_runs: args.peer_runs,
         snapshot_bytes_per_ms: constants.checkpoint_snapshot_bytes_per_ms(),
         ..BenchSettings::new(interval_ms, args.horizon, baselines, prices)
     };
-    let runtime = if args.policies.is_empty() { None } else { Some(args.sandbox.runtime()?) };
+    let runtime = args.sandbox.runtime()?;
     let mut policies = Vec::new();
-    if let Some(runtime) = &runtime {
-        for spec in &args.policies {
-            let component = load_policy(runtime, spec).with_context(|| format!("loading policy {spec}"))?;
-            policies.push(PolicyEntry { spec: spec.clone(), component });
-        }
+    for spec in args.policy_specs() {
+        let component = load_policy(&runtime, &spec).with_context(|| format!("loading policy {spec}"))?;
+        policies.push(PolicyEntry { spec, component });
     }
     let traces: Vec<Option<&PathBuf>> =
         if args.trace.is_empty() { vec![None] } else { args.trace.iter().map(Some).collect() };
     let per_trace = baseline_units(&settings) + policies.len() as u64;
-    let progress = progress_bar(per_trace * traces.len() as u64);
-    if let Some(dir) = &args.plot {
+    let progress = progress::bar(per_trace * traces.len() as u64, "scoring");
+    let plot_dir = args.plot_dir();
+    if let Some(dir) = &plot_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let mut all_records = Vec::new();
     let mut plot_names = Vec::new();
     progress.suspend(|| println!("{LEGEND}\n"));
     for path in traces {
-        let trace = args.input.load_or_demo(path.map(PathBuf::as_path))?;
+        let trace = match path {
+            Some(path) => args.input.load(path)?,
+            None => embedded::trace_or(None, args.input.format, P3_TRACE)?,
+        };
         let (recovery, notice) = args.notice.recovery_for(trace.source(), &constants)?;
         let bench = bench_trace(&trace, &profile, &policies, &settings, recovery, &progress)?;
         let mut text = format!(
@@ -183,7 +229,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         for note in &bench.notes {
             text.push_str(&format!("note: {note}\n"));
         }
-        if let Some(dir) = &args.plot {
+        if let Some(dir) = &plot_dir {
             let file = dir.join(plot_name(&bench, &profile.model, &mut plot_names));
             std::fs::write(&file, plots::plot(&bench, &profile.model))
                 .with_context(|| format!("writing {}", file.display()))?;
@@ -201,6 +247,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         write_csv(&all_records, path)?;
         println!("records written to {}", path.display());
     }
+    if tour {
+        println!("{NEXT_STEPS}");
+    }
     Ok(())
 }
 
@@ -208,6 +257,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use crate::embedded::DEMO_TRACE;
+    use indicatif::ProgressBar;
     use parcae_policy_core::Recovery;
     use parcae_sim::Peer;
     use std::path::Path;

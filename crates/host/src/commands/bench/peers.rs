@@ -22,6 +22,8 @@ pub enum PeerArg {
     OnDemand,
     /// All four.
     All,
+    /// No peer (overrides the default).
+    None,
 }
 
 impl PeerArg {
@@ -35,12 +37,21 @@ impl PeerArg {
                 PeerArg::Oobleck => vec![Peer::Oobleck],
                 PeerArg::OnDemand => vec![Peer::OnDemand],
                 PeerArg::All => Peer::ALL.to_vec(),
+                PeerArg::None => Vec::new(),
             })
             .collect();
         peers.sort();
         peers.dedup();
         peers
     }
+}
+
+/// Whether `constants` have figures for `model` for every modelled peer
+/// (Bamboo, Varuna, Oobleck), which makes `all` `bench`'s default `--peers`.
+pub fn covers(constants: &PeerConstants, model: &str) -> bool {
+    constants.bamboo.models.contains_key(model)
+        && constants.varuna.models.contains_key(model)
+        && constants.oobleck.models.contains_key(model)
 }
 
 /// Parses and checks peer constants; errors name the file and the line or field.
