@@ -12,21 +12,6 @@ pub fn policy_wasm(file: &str) -> PathBuf {
     PathBuf::from(env!("PARCAE_TEST_POLICY_DIR")).join(file)
 }
 
-/// The `parcae-host` binary, brought up to date (`cargo test -p parcae-e2e-sandbox` alone
-/// does not build another package's binary; when it is current this is a no-op).
-pub fn host_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(std::path::Path::parent).expect("target/<profile>/deps/<test>");
-    let mut cargo = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cargo.args(["build", "--quiet", "-p", "parcae-host"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    let status = cargo.status().expect("running cargo build");
-    assert!(status.success(), "building parcae-host failed");
-    dir.join("parcae-host")
-}
-
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

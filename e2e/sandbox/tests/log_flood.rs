@@ -1,13 +1,11 @@
 //! A policy that floods the host's log (10,000 calls of 1 MiB each per call) is
 //! cut off like a looping one: log traffic is charged against the call's fuel, so
-//! the call runs out, the built-in policy answers, and after three faults in a row
-//! the guest is quarantined. A whole `parcae-host replay` of the demo trace with it
-//! finishes (its time is measured separately, not asserted here).
+//! the call runs out and the built-in policy answers. (A whole `parcae-host replay`
+//! with it: `crates/host/tests/log_flood_replay.rs`.)
 
-use std::process::Command;
 use std::time::Duration;
 
-use parcae_e2e_sandbox::{host_binary, optimize_request, policy_wasm, predict_request};
+use parcae_e2e_sandbox::{optimize_request, policy_wasm, predict_request};
 use parcae_policy_core::reactive::{Persistence, ThroughputOptimal};
 use parcae_policy_core::{Optimizer, Predictor};
 use parcae_runtime::{FaultKind, GuardedPolicy, PolicyRuntime, SandboxLimits, Source};
@@ -53,26 +51,4 @@ fn a_log_flood_runs_out_of_fuel_and_the_fallback_answers() {
     let answer = policy.predict(&forecast);
     assert_eq!(answer.value, Persistence.predict(&forecast).unwrap());
     assert_eq!(answer.fault.map(|f| f.kind), Some(FaultKind::FuelExhausted));
-}
-
-#[test]
-fn a_whole_replay_with_a_flooding_policy_finishes_with_the_guest_quarantined() {
-    let output = Command::new(host_binary())
-        .current_dir(parcae_e2e_sandbox::workspace_root())
-        .args(["replay", "--policy"])
-        .arg(policy_wasm("flooding.wasm"))
-        .output()
-        .expect("running parcae-host replay");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "replay failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("60 decisions"), "{stdout}");
-    // Predictor and optimizer each fault three times (out of fuel), then are quarantined
-    // for the other 57 intervals: the guest never answers.
-    for slot in ["predictor", "optimizer"] {
-        let line = format!("{slot}: 0 guest answers, 60 fallbacks (3 fuel-exhausted, 57 quarantined)");
-        assert!(stdout.contains(&line), "missing '{line}' in:\n{stdout}");
-    }
-    assert!(stderr.contains("log calls of"), "the fault names the log traffic:\n{stderr}");
-    assert!(stderr.contains("policy quarantined"), "{stderr}");
 }
