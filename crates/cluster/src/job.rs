@@ -10,7 +10,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 
 use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{ModelProfile, ParallelConfig};
@@ -22,28 +21,47 @@ use crate::migration::{
 };
 use crate::protocol::{Fetch, PeerAddress, Reconfiguration, SendLayer};
 
-/// A complete checkpoint on disk: one directory per stage of the partition it
+/// Where checkpoints live inside the checkpoint store.
+pub const CHECKPOINTS: &str = "checkpoints";
+/// The object, inside a checkpoint's prefix, whose presence makes it complete: written
+/// last, after every stage's manifest. It holds the [`JobCheckpoint`] as JSON.
+pub const COMPLETE_MARKER: &str = "COMPLETE";
+/// The pointer to the newest complete checkpoint (a [`JobCheckpoint`] as JSON), replaced
+/// after each completion marker.
+pub const LATEST_POINTER: &str = "checkpoints/LATEST";
+
+/// A complete checkpoint in the checkpoint store: one prefix per stage of the partition it
 /// was written in, plus a completion marker written last.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobCheckpoint {
     /// The step training resumes from when restarting from it.
     pub step: u64,
-    /// Its root, holding the stage directories and the marker.
-    pub dir: PathBuf,
-    /// The layer ranges of its stage directories, in order.
+    /// Its key prefix, holding the stage prefixes and the marker.
+    pub prefix: String,
+    /// The layer ranges of its stages, in order.
     pub stages: Vec<Range<usize>>,
 }
 
 impl JobCheckpoint {
-    /// The directory stage `stage` of a checkpoint rooted at `root` writes into.
-    pub fn stage_dir(root: &Path, stage: usize) -> PathBuf {
-        root.join(format!("stage-{stage:02}"))
+    /// The key prefix of the checkpoint at `step`.
+    pub fn prefix_for(step: u64) -> String {
+        format!("{CHECKPOINTS}/step-{step:08}")
     }
 
-    /// The directory holding `layer`, None when no stage covers it.
-    pub fn dir_of(&self, layer: usize) -> Option<PathBuf> {
+    /// The key prefix stage `stage` of a checkpoint at `root` writes under.
+    pub fn stage_prefix(root: &str, stage: usize) -> String {
+        format!("{root}/stage-{stage:02}")
+    }
+
+    /// The key of this checkpoint's completion marker.
+    pub fn marker(&self) -> String {
+        format!("{}/{COMPLETE_MARKER}", self.prefix)
+    }
+
+    /// The stage prefix holding `layer`, None when no stage covers it.
+    pub fn prefix_of(&self, layer: usize) -> Option<String> {
         let stage = self.stages.iter().position(|r| r.contains(&layer))?;
-        Some(Self::stage_dir(&self.dir, stage))
+        Some(Self::stage_prefix(&self.prefix, stage))
     }
 }
 
@@ -407,8 +425,8 @@ impl JobState {
                         (TransferSource::Worker(from), _) => Fetch::FromPeer { layer: t.layer, from },
                         (TransferSource::Checkpoint, Some(c)) => Fetch::FromCheckpoint {
                             layer: t.layer,
-                            dir: c
-                                .dir_of(t.layer)
+                            prefix: c
+                                .prefix_of(t.layer)
                                 .ok_or(JobError::CheckpointGap { layer: t.layer, step: c.step })?,
                         },
                         (TransferSource::Checkpoint, None) => Fetch::Fresh { layer: t.layer },
@@ -676,7 +694,7 @@ mod tests {
         job.unannounced_loss = true;
         job.checkpoint = Some(JobCheckpoint {
             step: 5,
-            dir: PathBuf::from("/ck/step-5"),
+            prefix: JobCheckpoint::prefix_for(5),
             stages: vec![0..4, 4..spec.num_layers()],
         });
         job.joined(3);
@@ -696,17 +714,17 @@ mod tests {
         );
         assert_eq!(plan.migration.kind, MigrationKind::Restart);
         assert_eq!(plan.step, 5);
-        let dirs: Vec<PathBuf> = plan
+        let prefixes: Vec<String> = plan
             .commands
             .values()
             .flat_map(|c| &c.fetches)
             .map(|f| match f {
-                Fetch::FromCheckpoint { dir, .. } => dir.clone(),
+                Fetch::FromCheckpoint { prefix, .. } => prefix.clone(),
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert!(dirs.contains(&PathBuf::from("/ck/step-5/stage-00")));
-        assert!(dirs.contains(&PathBuf::from("/ck/step-5/stage-01")));
+        assert!(prefixes.contains(&"checkpoints/step-00000005/stage-00".to_string()), "{prefixes:?}");
+        assert!(prefixes.contains(&"checkpoints/step-00000005/stage-01".to_string()), "{prefixes:?}");
         let outcome = job.settle_reconfiguration(&plan, &ok_all(&plan)).unwrap();
         assert_eq!(outcome.rolled_back_steps, 2);
         assert_eq!(outcome.rollback_cause, Some(RollbackCause::Unannounced));
@@ -736,7 +754,7 @@ mod tests {
         assert_eq!(writers.iter().map(|(id, _)| *id).collect::<Vec<_>>(), vec![1, 2]);
         job.checkpoint_completed(JobCheckpoint {
             step: 7,
-            dir: PathBuf::from("/ck/step-7"),
+            prefix: JobCheckpoint::prefix_for(7),
             stages: writers.into_iter().map(|(_, r)| r).collect(),
         });
         job.retain_alive(|_| false);
@@ -834,8 +852,8 @@ mod tests {
         assert_eq!(writers, vec![(1, 0..4), (2, 4..8)]);
         assert_eq!(job.checkpoint_writers(8, &[3, 4]), None, "layers 4..8 have no eligible holder");
         // An older checkpoint never replaces a newer one.
-        let newer = JobCheckpoint { step: 9, dir: "/a".into(), stages: vec![0..4, 4..8] };
-        let older = JobCheckpoint { step: 3, dir: "/b".into(), stages: vec![0..4, 4..8] };
+        let newer = JobCheckpoint { step: 9, prefix: "a".into(), stages: vec![0..4, 4..8] };
+        let older = JobCheckpoint { step: 3, prefix: "b".into(), stages: vec![0..4, 4..8] };
         assert_eq!(job.checkpoint_completed(newer.clone()), None);
         assert_eq!(job.checkpoint_completed(older.clone()), Some(older));
         assert_eq!(job.checkpoint, Some(newer));

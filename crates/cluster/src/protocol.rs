@@ -13,7 +13,6 @@
 
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +20,7 @@ use crate::layout::{Layout, ModelSpec, Slot};
 use crate::migration::WorkerId;
 
 /// Version of this protocol; a worker of another version is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The worker's first message on its control stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +45,18 @@ pub struct Welcome {
     /// How long a worker waits for a peer's activations, gradients or state
     /// before it fails the command (shorter than the host's own timeout).
     pub peer_timeout_ms: u64,
+    /// Where checkpoints live: the store every stage holder writes its stage to and
+    /// reads restarts from, directly (credentials come from the worker's own environment).
+    pub checkpoints: CheckpointStore,
+}
+
+/// A checkpoint store as `parcae-host run --checkpoint-url/--checkpoint-endpoint` name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointStore {
+    /// `file:///dir` (or a plain path), `s3://bucket/prefix`, `gs://...`, `az://...`.
+    pub url: String,
+    /// An S3-compatible endpoint instead of AWS's, if any.
+    pub endpoint: Option<String>,
 }
 
 /// Where a peer in the current layout lives.
@@ -71,12 +82,12 @@ pub enum Fetch {
         /// The worker sending it.
         from: WorkerId,
     },
-    /// Read it from the checkpoint directory of the stage that saved it.
+    /// Read it from the checkpoint of the stage that saved it.
     FromCheckpoint {
         /// The layer to load.
         layer: usize,
-        /// The stage directory holding it.
-        dir: PathBuf,
+        /// The stage's key prefix in the checkpoint store.
+        prefix: String,
     },
     /// Build it from the seed (a restart before the first checkpoint).
     Fresh {
@@ -145,22 +156,23 @@ pub enum WorkerCommand {
         /// The step whose gradients to drop.
         step: u64,
     },
-    /// Write the held layers' state at the current step into `dir` (one
-    /// directory per stage, so writers never share a manifest) before replying.
+    /// Write the held layers' state at the current step under `prefix` in the
+    /// checkpoint store (one prefix per stage, so writers never share a manifest)
+    /// before replying.
     Checkpoint {
         /// The step the host expects the worker to be at.
         step: u64,
-        /// The stage directory to write.
-        dir: PathBuf,
+        /// The stage's key prefix in the checkpoint store.
+        prefix: String,
     },
     /// Copy the held layers' state at the current step in memory and write it
-    /// into `dir` in the background (training goes on meanwhile); the worker
+    /// under `prefix` in the background (training goes on meanwhile); the worker
     /// reports the finished write in a later [`Reply::Stepped`].
     Snapshot {
         /// The step the host expects the worker to be at.
         step: u64,
-        /// The stage directory to write.
-        dir: PathBuf,
+        /// The stage's key prefix in the checkpoint store.
+        prefix: String,
     },
     /// A preemption notice: the worker will be killed after `grace_ms`.
     Notice {
@@ -223,8 +235,8 @@ pub struct CloudNotice {
 pub struct BackgroundWrite {
     /// The step the snapshot was taken at.
     pub step: u64,
-    /// The stage directory it was written to.
-    pub dir: PathBuf,
+    /// The stage's key prefix it was written under.
+    pub prefix: String,
     /// Bytes written, or why the write failed.
     pub result: Result<u64, String>,
     /// Wall time of the write (it overlapped training).

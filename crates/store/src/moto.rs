@@ -112,9 +112,10 @@ impl Drop for MotoServer {
     }
 }
 
-/// A TCP relay in front of a server that forwards the first `budget` bytes a client sends and
-/// then stops forwarding (the connection stays open): an upload that is cut off half-way, as
-/// when the writing instance is reclaimed. Replies are relayed in full.
+/// A TCP relay in front of a server that forwards the first `budget` bytes clients send (over
+/// all connections together) and then stops forwarding, leaving the connections open: an
+/// upload cut off half-way, as when the writing instance is reclaimed. Replies are relayed in
+/// full.
 pub struct StallingProxy {
     /// `http://127.0.0.1:PORT`, to use as the endpoint instead of the server's.
     pub endpoint: String,
@@ -123,7 +124,7 @@ pub struct StallingProxy {
 
 impl StallingProxy {
     /// Starts the relay to `target` (`host:port`) on a loopback port, on the current tokio
-    /// runtime. Each connection may forward `budget` client bytes before it stalls.
+    /// runtime.
     pub async fn start(target: &str, budget: u64) -> std::io::Result<StallingProxy> {
         use std::sync::atomic::Ordering;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -142,20 +143,23 @@ impl StallingProxy {
                     tokio::spawn(async move {
                         let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
                     });
-                    let mut left = budget;
                     let mut buf = vec![0u8; 16 << 10];
                     loop {
                         let Ok(n) = client_read.read(&mut buf).await else { return };
                         if n == 0 {
                             return;
                         }
-                        let pass = (n as u64).min(left) as usize;
+                        // Take up to n bytes of what is left of the budget.
+                        let taken = counter
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |done| {
+                                Some(done + (n as u64).min(budget.saturating_sub(done)))
+                            })
+                            .expect("the update always succeeds");
+                        let pass = (n as u64).min(budget.saturating_sub(taken)) as usize;
                         if pass > 0 && server_write.write_all(&buf[..pass]).await.is_err() {
                             return;
                         }
-                        left -= pass as u64;
-                        counter.fetch_add(pass as u64, Ordering::SeqCst);
-                        if left == 0 {
+                        if pass < n {
                             // Stalled: hold the connection open, forward nothing more.
                             std::future::pending::<()>().await;
                         }

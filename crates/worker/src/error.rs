@@ -69,6 +69,9 @@ pub enum WorkerError {
     /// A peer (pipeline neighbour or data-parallel group) failed or went away.
     #[error("communication failed: {0}")]
     Comm(String),
+    /// The checkpoint store refused or failed an operation (the error names the object).
+    #[error(transparent)]
+    Store(#[from] parcae_store::StoreError),
     /// A file could not be read or written.
     #[error("{path}: {source}")]
     Io {

@@ -28,7 +28,9 @@ pub mod tensor;
 
 pub use error::WorkerError;
 pub use stage::{Collective, PipeLink, StageTrainer, StepOutcome};
-pub use state::{Checkpoint, LayerState, load_checkpoint, save_checkpoint};
+pub use state::{
+    Checkpoint, LayerState, load_checkpoint, load_checkpoint_from, save_checkpoint, save_checkpoint_to,
+};
 /// The tch this crate is built with, so dependents name the same `Tensor`/`Device` types
 /// (e.g. to implement [`PipeLink`]) without pinning tch themselves.
 pub use tch;

@@ -301,10 +301,17 @@ async fn serve(
     let peer_timeout = Duration::from_millis(welcome.peer_timeout_ms.max(1));
     let (commands_tx, commands_rx) =
         std::sync::mpsc::channel::<(WorkerCommand, tokio::sync::oneshot::Sender<Reply>)>();
+    let store_spec = parcae_store::StoreSpec {
+        url: welcome.checkpoints.url.clone(),
+        endpoint: welcome.checkpoints.endpoint.clone(),
+    };
+    let store = parcae_store::Store::open(&store_spec)
+        .with_context(|| format!("opening the checkpoint store {store_spec}"))?;
+    info!(store = %store_spec, "checkpoints go to the store");
     let compute = {
         let (spec, net, rt) = (welcome.spec.clone(), net.clone(), rt.clone());
         std::thread::Builder::new().name("compute".into()).spawn(move || -> anyhow::Result<()> {
-            let mut driver = Driver::new(spec, device, net, rt, peer_timeout)?;
+            let mut driver = Driver::new(spec, device, net, rt, peer_timeout, store)?;
             while let Ok((command, reply)) = commands_rx.recv() {
                 let _ = reply.send(driver.handle(command));
             }

@@ -14,12 +14,19 @@
 //! parameters, then exp_avg, then exp_avg_sq            f32 data, tensors in order
 //! u64 FNV-1a of every byte before it                   detects corruption
 //! ```
+//!
+//! A checkpoint of a stage is one object per layer (`layer-LLLL-step-SSSSSSSSSSSS.bin`, the
+//! bytes above) plus a text manifest naming them, written last: in a directory
+//! ([`save_checkpoint`]) or under a prefix of a checkpoint store ([`save_checkpoint_to`]; a
+//! local directory, S3, GCS or Azure), with the same names, so either reader loads either.
 
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use parcae_cluster::ModelSpec;
+use parcae_store::Store;
 use tracing::{debug, info};
 
 use crate::error::WorkerError;
@@ -254,25 +261,14 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), WorkerError> {
 /// orphan files, removed by the next save). Files of older steps are removed afterwards.
 pub fn save_checkpoint(dir: &Path, step: u64, seed: u64, layers: &[LayerState]) -> Result<(), WorkerError> {
     fs::create_dir_all(dir).map_err(|e| WorkerError::io(dir, e))?;
-    let mut manifest = format!("{MANIFEST_HEADER}\nstep {step}\nseed {seed}\n");
-    let mut sorted: Vec<&LayerState> = layers.iter().collect();
-    sorted.sort_by_key(|s| s.layer);
-    for pair in sorted.windows(2) {
-        if pair[0].layer == pair[1].layer {
-            return Err(WorkerError::Sequence(format!("layer {} given twice to save", pair[0].layer)));
-        }
-    }
-    if let Some(state) = sorted.iter().find(|s| s.step != step) {
-        return Err(WorkerError::StepMismatch { expected: step, found: state.step });
-    }
+    let sorted = checked_layers(step, layers)?;
     let mut keep = vec![MANIFEST.to_string()];
-    for state in sorted {
+    for state in &sorted {
         let name = layer_file(state.layer, step);
         write_atomically(&dir.join(&name), &state.to_bytes())?;
-        manifest.push_str(&format!("layer {} {name}\n", state.layer));
         keep.push(name);
     }
-    write_atomically(&dir.join(MANIFEST), manifest.as_bytes())?;
+    write_atomically(&dir.join(MANIFEST), Manifest::render(step, seed, &sorted).as_bytes())?;
     // Make the renames durable before deleting what the old manifest referenced.
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();
@@ -293,61 +289,171 @@ pub fn save_checkpoint(dir: &Path, step: u64, seed: u64, layers: &[LayerState]) 
 /// Loads the checkpoint in `dir`, checking each layer file against the manifest (layer index,
 /// step, checksum) and, if `spec` is given, against the model's shapes and seed.
 pub fn load_checkpoint(dir: &Path, spec: Option<&ModelSpec>) -> Result<Checkpoint, WorkerError> {
-    const WHAT: &str = "checkpoint manifest";
     let manifest_path = dir.join(MANIFEST);
     let text = fs::read_to_string(&manifest_path).map_err(|e| WorkerError::io(&manifest_path, e))?;
-    let mut lines = text.lines();
-    if lines.next() != Some(MANIFEST_HEADER) {
-        return Err(WorkerError::malformed(
-            WHAT,
-            format!("{} does not start with `{MANIFEST_HEADER}`", manifest_path.display()),
-        ));
-    }
-    let mut field = |name: &str| -> Result<u64, WorkerError> {
-        let line = lines.next().unwrap_or_default();
-        line.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse().ok()).ok_or_else(
-            || WorkerError::malformed(WHAT, format!("expected `{name} <number>`, found `{line}`")),
-        )
-    };
-    let step = field("step")?;
-    let seed = field("seed")?;
-    if let Some(spec) = spec
-        && spec.seed != seed
-    {
-        return Err(WorkerError::malformed(
-            WHAT,
-            format!("checkpoint seed {seed}, the model spec's seed is {}", spec.seed),
-        ));
-    }
+    let manifest = Manifest::parse(&text, &manifest_path.display().to_string(), spec)?;
     let mut layers = Vec::new();
-    for line in lines.filter(|l| !l.trim().is_empty()) {
-        let parts: Vec<&str> = line.split(' ').collect();
-        let (layer, name) = match parts.as_slice() {
-            ["layer", idx, name] if !name.contains('/') => match idx.parse::<usize>() {
-                Ok(i) => (i, *name),
-                Err(_) => return Err(WorkerError::malformed(WHAT, format!("bad layer line `{line}`"))),
-            },
-            _ => return Err(WorkerError::malformed(WHAT, format!("bad layer line `{line}`"))),
-        };
+    for (layer, name) in &manifest.layers {
         let path: PathBuf = dir.join(name);
         let bytes = fs::read(&path).map_err(|e| WorkerError::io(&path, e))?;
-        let state = match spec {
-            Some(spec) => LayerState::decode_for(spec, layer, &bytes),
-            None => LayerState::from_bytes(&bytes).and_then(|s| {
-                if s.layer == layer {
-                    Ok(s)
-                } else {
-                    Err(WorkerError::WrongLayer { expected: layer, found: s.layer })
-                }
-            }),
-        }
-        .map_err(|e| WorkerError::malformed(WHAT, format!("{}: {e}", path.display())))?;
-        if state.step != step {
-            return Err(WorkerError::StepMismatch { expected: step, found: state.step });
-        }
-        layers.push(state);
+        layers.push(decode_saved(spec, *layer, manifest.step, &bytes, &path.display().to_string())?);
     }
-    Ok(Checkpoint { step, seed, layers })
+    Ok(Checkpoint { step: manifest.step, seed: manifest.seed, layers })
+}
+
+/// A stage's manifest: the step and seed, then each layer's object name.
+struct Manifest {
+    step: u64,
+    seed: u64,
+    layers: Vec<(usize, String)>,
+}
+
+impl Manifest {
+    /// The manifest text of `layers` (sorted, distinct, all at `step`).
+    fn render(step: u64, seed: u64, layers: &[&LayerState]) -> String {
+        let mut manifest = format!("{MANIFEST_HEADER}\nstep {step}\nseed {seed}\n");
+        for state in layers {
+            manifest.push_str(&format!("layer {} {}\n", state.layer, layer_file(state.layer, step)));
+        }
+        manifest
+    }
+
+    /// Parses a manifest read from `origin` (named in errors); checks the seed against `spec`.
+    fn parse(text: &str, origin: &str, spec: Option<&ModelSpec>) -> Result<Manifest, WorkerError> {
+        const WHAT: &str = "checkpoint manifest";
+        let mut lines = text.lines();
+        if lines.next() != Some(MANIFEST_HEADER) {
+            return Err(WorkerError::malformed(
+                WHAT,
+                format!("{origin} does not start with `{MANIFEST_HEADER}`"),
+            ));
+        }
+        let mut field = |name: &str| -> Result<u64, WorkerError> {
+            let line = lines.next().unwrap_or_default();
+            line.strip_prefix(name).and_then(|v| v.strip_prefix(' ')).and_then(|v| v.parse().ok()).ok_or_else(
+                || {
+                    WorkerError::malformed(
+                        WHAT,
+                        format!("{origin}: expected `{name} <number>`, found `{line}`"),
+                    )
+                },
+            )
+        };
+        let step = field("step")?;
+        let seed = field("seed")?;
+        if let Some(spec) = spec
+            && spec.seed != seed
+        {
+            return Err(WorkerError::malformed(
+                WHAT,
+                format!("{origin}: checkpoint seed {seed}, the model spec's seed is {}", spec.seed),
+            ));
+        }
+        let mut layers = Vec::new();
+        for line in lines.filter(|l| !l.trim().is_empty()) {
+            let parts: Vec<&str> = line.split(' ').collect();
+            match parts.as_slice() {
+                ["layer", idx, name] if !name.contains('/') => match idx.parse::<usize>() {
+                    Ok(i) => layers.push((i, name.to_string())),
+                    Err(_) => {
+                        return Err(WorkerError::malformed(
+                            WHAT,
+                            format!("{origin}: bad layer line `{line}`"),
+                        ));
+                    }
+                },
+                _ => return Err(WorkerError::malformed(WHAT, format!("{origin}: bad layer line `{line}`"))),
+            }
+        }
+        Ok(Manifest { step, seed, layers })
+    }
+}
+
+/// Decodes one saved layer (read from `origin`) and checks it is `layer` at `step`.
+fn decode_saved(
+    spec: Option<&ModelSpec>,
+    layer: usize,
+    step: u64,
+    bytes: &[u8],
+    origin: &str,
+) -> Result<LayerState, WorkerError> {
+    let state = match spec {
+        Some(spec) => LayerState::decode_for(spec, layer, bytes),
+        None => LayerState::from_bytes(bytes).and_then(|s| {
+            if s.layer == layer {
+                Ok(s)
+            } else {
+                Err(WorkerError::WrongLayer { expected: layer, found: s.layer })
+            }
+        }),
+    }
+    .map_err(|e| WorkerError::malformed("checkpoint manifest", format!("{origin}: {e}")))?;
+    if state.step != step {
+        return Err(WorkerError::StepMismatch { expected: step, found: state.step });
+    }
+    Ok(state)
+}
+
+/// Sorted by layer; refuses a layer given twice or one at another step than `step`.
+fn checked_layers(step: u64, layers: &[LayerState]) -> Result<Vec<&LayerState>, WorkerError> {
+    let mut sorted: Vec<&LayerState> = layers.iter().collect();
+    sorted.sort_by_key(|s| s.layer);
+    for pair in sorted.windows(2) {
+        if pair[0].layer == pair[1].layer {
+            return Err(WorkerError::Sequence(format!("layer {} given twice to save", pair[0].layer)));
+        }
+    }
+    if let Some(state) = sorted.iter().find(|s| s.step != step) {
+        return Err(WorkerError::StepMismatch { expected: step, found: state.step });
+    }
+    Ok(sorted)
+}
+
+/// Saves `layers` (all at step `step`) under `prefix` in `store`: one object per layer, then
+/// [`MANIFEST`] last, so the stage looks saved only once every layer is there (an upload cut
+/// off half-way leaves no manifest, and objects appear only when whole). Returns the bytes
+/// written.
+pub async fn save_checkpoint_to(
+    store: &Store,
+    prefix: &str,
+    step: u64,
+    seed: u64,
+    layers: &[LayerState],
+) -> Result<u64, WorkerError> {
+    let sorted = checked_layers(step, layers)?;
+    let mut bytes = 0;
+    for state in &sorted {
+        let key = format!("{prefix}/{}", layer_file(state.layer, step));
+        bytes += store.put(&key, Bytes::from(state.to_bytes())).await?;
+    }
+    let manifest = Manifest::render(step, seed, &sorted);
+    bytes += store.put(&format!("{prefix}/{MANIFEST}"), Bytes::from(manifest)).await?;
+    info!(location = %store.location(prefix), step, layers = layers.len(), bytes, "checkpoint saved");
+    Ok(bytes)
+}
+
+/// Loads the checkpoint saved under `prefix` in `store` by [`save_checkpoint_to`], checking
+/// each layer against the manifest (layer index, step, checksum) and, if `spec` is given,
+/// against the model's shapes and seed. A stage without a manifest (never saved, or cut off
+/// half-way) is an error that names its location.
+pub async fn load_checkpoint_from(
+    store: &Store,
+    prefix: &str,
+    spec: Option<&ModelSpec>,
+) -> Result<Checkpoint, WorkerError> {
+    let manifest_key = format!("{prefix}/{MANIFEST}");
+    let text = store.get(&manifest_key).await?;
+    let origin = store.location(&manifest_key);
+    let text = std::str::from_utf8(&text)
+        .map_err(|e| WorkerError::malformed("checkpoint manifest", format!("{origin}: {e}")))?;
+    let manifest = Manifest::parse(text, &origin, spec)?;
+    let mut layers = Vec::new();
+    for (layer, name) in &manifest.layers {
+        let key = format!("{prefix}/{name}");
+        let bytes = store.get(&key).await?;
+        layers.push(decode_saved(spec, *layer, manifest.step, &bytes, &store.location(&key))?);
+    }
+    Ok(Checkpoint { step: manifest.step, seed: manifest.seed, layers })
 }
 
 #[cfg(test)]

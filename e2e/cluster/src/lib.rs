@@ -4,13 +4,15 @@
 //! running the host, and comparing a run's final checkpoint with an
 //! uninterrupted run over the same samples.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use parcae_cluster::{Layout, ModelSpec, Slot};
+use parcae_store::Store;
 use parcae_worker::local::train_local;
 use parcae_worker::tch::Device;
-use parcae_worker::{StageTrainer, load_checkpoint};
+use parcae_worker::{LayerState, StageTrainer, load_checkpoint, load_checkpoint_from};
 
 /// `target/<profile>/` of the running test binary (`target/<profile>/deps/<test>`).
 fn target_dir() -> PathBuf {
@@ -89,9 +91,9 @@ pub fn run_host(dir: &Path, trace: &Path, extra: &[&str], env: &[(&str, &str)]) 
     serde_json::from_slice(&log).expect("events.json is JSON")
 }
 
-/// Loads the run's last checkpoint (it must hold every layer at `steps`) and
-/// returns the largest parameter difference from one worker training the same
-/// samples uninterrupted for `steps` steps.
+/// Loads the run's last checkpoint (a local directory; it must hold every layer at `steps`)
+/// and returns the largest parameter difference from one worker training the same samples
+/// uninterrupted for `steps` steps.
 pub fn max_diff_from_uninterrupted(summary: &serde_json::Value, steps: u64) -> f32 {
     let spec = ModelSpec::default();
     let root = PathBuf::from(summary["last_checkpoint"].as_str().expect("a final checkpoint"));
@@ -103,6 +105,33 @@ pub fn max_diff_from_uninterrupted(summary: &serde_json::Value, steps: u64) -> f
         assert_eq!(checkpoint.step, steps);
         saved.extend(checkpoint.layers);
     }
+    max_diff(saved, steps)
+}
+
+/// [`max_diff_from_uninterrupted`] for a checkpoint in a store (S3, ...): `prefix` is the
+/// checkpoint's key prefix there (`checkpoints/step-00000042`).
+pub fn max_diff_from_uninterrupted_in(store: &Store, prefix: &str, steps: u64) -> f32 {
+    let spec = ModelSpec::default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let saved = runtime.block_on(async {
+        let keys = store.list(prefix).await.expect("listing the checkpoint");
+        let stages: BTreeSet<String> =
+            keys.iter().filter_map(|k| k.strip_suffix("/manifest.txt")).map(String::from).collect();
+        let mut saved = Vec::new();
+        for stage in stages {
+            let checkpoint = load_checkpoint_from(store, &stage, Some(&spec)).await.expect("loading a stage");
+            assert_eq!(checkpoint.step, steps);
+            saved.extend(checkpoint.layers);
+        }
+        saved
+    });
+    max_diff(saved, steps)
+}
+
+/// The largest difference between `saved` (every layer once) and the same model trained
+/// uninterrupted on one worker for `steps` steps.
+fn max_diff(mut saved: Vec<LayerState>, steps: u64) -> f32 {
+    let spec = ModelSpec::default();
     saved.sort_by_key(|l| l.layer);
     assert_eq!(saved.iter().map(|l| l.layer).collect::<Vec<_>>(), (0..spec.num_layers()).collect::<Vec<_>>());
     let layout = Layout::new(&spec, 1, 1).expect("a (1,1) layout");

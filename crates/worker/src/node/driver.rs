@@ -1,17 +1,18 @@
 //! The compute side of a worker: owns the [`StageTrainer`] on its own thread
-//! and carries out the host's commands one at a time. Periodic checkpoints
-//! are written by background threads from an in-memory snapshot, so training
-//! goes on while they are written.
+//! and carries out the host's commands one at a time. Checkpoints go straight
+//! to the checkpoint store (a directory, S3, ...); periodic ones are written by
+//! background threads from an in-memory snapshot, so training goes on while
+//! they are written.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parcae_cluster::protocol::{BackgroundWrite, Fetch, PeerAddress, Reconfiguration, Reply, WorkerCommand};
 use parcae_cluster::{Layout, ModelSpec, Slot};
+use parcae_store::Store;
 use parcae_worker::tch::Device;
-use parcae_worker::{LayerState, StageTrainer, WorkerError, load_checkpoint, save_checkpoint};
+use parcae_worker::{LayerState, StageTrainer, WorkerError, load_checkpoint_from, save_checkpoint_to};
 use tokio::runtime::Handle;
 use tracing::{info, warn};
 
@@ -29,7 +30,7 @@ struct Placement {
 /// A checkpoint being written from a snapshot.
 struct PendingWrite {
     step: u64,
-    dir: std::path::PathBuf,
+    prefix: String,
     /// Bytes written and the write's wall time in ms.
     thread: std::thread::JoinHandle<Result<(u64, f64), WorkerError>>,
 }
@@ -42,6 +43,8 @@ pub struct Driver {
     net: Arc<PeerNet>,
     rt: Handle,
     peer_timeout: Duration,
+    /// Where checkpoints are written and read.
+    store: Store,
     /// The attempt whose gradients are pending, if any.
     pending_attempt: Option<u64>,
     /// Background checkpoint writes not yet reported to the host.
@@ -55,6 +58,7 @@ impl Driver {
         net: Arc<PeerNet>,
         rt: Handle,
         peer_timeout: Duration,
+        store: Store,
     ) -> Result<Self, WorkerError> {
         let trainer = StageTrainer::new(spec.clone(), device)?;
         Ok(Driver {
@@ -64,6 +68,7 @@ impl Driver {
             net,
             rt,
             peer_timeout,
+            store,
             pending_attempt: None,
             writes: Vec::new(),
         })
@@ -80,8 +85,8 @@ impl Driver {
                 self.pending_attempt = None;
                 Ok(Reply::Aborted { step })
             }
-            WorkerCommand::Checkpoint { step, dir } => self.checkpoint(step, &dir),
-            WorkerCommand::Snapshot { step, dir } => self.snapshot(step, dir),
+            WorkerCommand::Checkpoint { step, prefix } => self.checkpoint(step, &prefix),
+            WorkerCommand::Snapshot { step, prefix } => self.snapshot(step, prefix),
             WorkerCommand::Notice { grace_ms } => {
                 warn!(grace_ms, "preemption notice: the host will move or save my state before the kill");
                 Ok(Reply::Noted)
@@ -126,7 +131,7 @@ impl Driver {
         // 2. Gather what this worker needs; nothing changes until all of it arrived.
         let mut incoming: BTreeMap<usize, LayerState> = BTreeMap::new();
         let mut received = 0u64;
-        let mut checkpoints: BTreeMap<std::path::PathBuf, parcae_worker::Checkpoint> = BTreeMap::new();
+        let mut checkpoints: BTreeMap<String, parcae_worker::Checkpoint> = BTreeMap::new();
         for fetch in &fetches {
             let state = match fetch {
                 Fetch::FromPeer { layer, from } => {
@@ -138,13 +143,18 @@ impl Driver {
                     received += bytes.len() as u64;
                     LayerState::decode_for(&self.spec, *layer, &bytes)?
                 }
-                Fetch::FromCheckpoint { layer, dir } => {
-                    if !checkpoints.contains_key(dir) {
-                        checkpoints.insert(dir.clone(), load_checkpoint(dir, Some(&self.spec))?);
+                Fetch::FromCheckpoint { layer, prefix } => {
+                    if !checkpoints.contains_key(prefix) {
+                        let loaded =
+                            self.rt.block_on(load_checkpoint_from(&self.store, prefix, Some(&self.spec)))?;
+                        checkpoints.insert(prefix.clone(), loaded);
                     }
-                    let checkpoint = &checkpoints[dir];
+                    let checkpoint = &checkpoints[prefix];
                     checkpoint.layers.iter().find(|s| s.layer == *layer).cloned().ok_or_else(|| {
-                        WorkerError::Sequence(format!("checkpoint {} has no layer {layer}", dir.display()))
+                        WorkerError::Sequence(format!(
+                            "checkpoint {} has no layer {layer}",
+                            self.store.location(prefix)
+                        ))
                     })?
                 }
                 Fetch::Fresh { layer } => LayerState::initial(&self.spec, *layer)?,
@@ -246,35 +256,34 @@ impl Driver {
         Ok(Reply::Committed { step })
     }
 
-    fn checkpoint(&mut self, step: u64, dir: &Path) -> Result<Reply, WorkerError> {
+    fn checkpoint(&mut self, step: u64, prefix: &str) -> Result<Reply, WorkerError> {
         if self.trainer.step() != step {
             return Err(WorkerError::StepMismatch { expected: self.trainer.step(), found: step });
         }
         let layers = self.trainer.export_all()?;
-        let bytes = layers.iter().map(|l| l.to_bytes().len() as u64).sum();
-        save_checkpoint(dir, step, self.spec.seed, &layers)?;
+        let bytes =
+            self.rt.block_on(save_checkpoint_to(&self.store, prefix, step, self.spec.seed, &layers))?;
         Ok(Reply::Checkpointed { step, bytes })
     }
 
     /// Copies the held state now and writes it on a background thread.
-    fn snapshot(&mut self, step: u64, dir: std::path::PathBuf) -> Result<Reply, WorkerError> {
+    fn snapshot(&mut self, step: u64, prefix: String) -> Result<Reply, WorkerError> {
         let started = Instant::now();
         if self.trainer.step() != step {
             return Err(WorkerError::StepMismatch { expected: self.trainer.step(), found: step });
         }
         let layers = self.trainer.export_all()?;
         let seed = self.spec.seed;
-        let target = dir.clone();
+        let (target, store, rt) = (prefix.clone(), self.store.clone(), self.rt.clone());
         let thread = std::thread::Builder::new()
             .name(format!("checkpoint-{step}"))
             .spawn(move || -> Result<(u64, f64), WorkerError> {
                 let writing = Instant::now();
-                save_checkpoint(&target, step, seed, &layers)?;
-                let bytes = layers.iter().map(|l| l.to_bytes().len() as u64).sum();
+                let bytes = rt.block_on(save_checkpoint_to(&store, &target, step, seed, &layers))?;
                 Ok((bytes, writing.elapsed().as_secs_f64() * 1000.0))
             })
             .map_err(|e| WorkerError::Sequence(format!("starting the checkpoint writer: {e}")))?;
-        self.writes.push(PendingWrite { step, dir, thread });
+        self.writes.push(PendingWrite { step, prefix, thread });
         Ok(Reply::SnapshotTaken { step, millis: started.elapsed().as_secs_f64() * 1000.0 })
     }
 
@@ -290,7 +299,7 @@ impl Driver {
                     Ok(Err(e)) => (Err(e.to_string()), 0.0),
                     Err(_) => (Err("the checkpoint writer panicked".to_string()), 0.0),
                 };
-                BackgroundWrite { step: w.step, dir: w.dir, result, millis }
+                BackgroundWrite { step: w.step, prefix: w.prefix, result, millis }
             })
             .collect()
     }

@@ -8,7 +8,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use parcae_cluster::protocol::{Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand, WorkerReport};
+use parcae_cluster::protocol::{
+    CheckpointStore, Hello, PROTOCOL_VERSION, Reply, Welcome, WorkerCommand, WorkerReport,
+};
 use parcae_cluster::{ModelSpec, WorkerId};
 use std::sync::Arc;
 
@@ -97,15 +99,18 @@ pub struct Fleet {
     pub peer_timeout: Duration,
     /// What the cloud's kill switch needs to know (pids, connections, the attempt in flight).
     pub shared: Arc<Shared>,
+    /// Where the workers write and read checkpoints (told at welcome).
+    checkpoints: CheckpointStore,
     /// What workers reported unprompted (their cloud's notices), in arrival order.
     reports_tx: mpsc::UnboundedSender<(WorkerId, WorkerReport)>,
     reports: mpsc::UnboundedReceiver<(WorkerId, WorkerReport)>,
 }
 
 impl Fleet {
-    pub fn new(launch: Option<LocalLaunch>, peer_timeout: Duration) -> Self {
+    pub fn new(launch: Option<LocalLaunch>, peer_timeout: Duration, checkpoints: CheckpointStore) -> Self {
         let (reports_tx, reports) = mpsc::unbounded_channel();
         Fleet {
+            checkpoints,
             reports_tx,
             reports,
             launch,
@@ -236,8 +241,12 @@ impl Fleet {
             }
         };
         let mut link = ControlLink { conn, send, recv };
-        let welcome =
-            Welcome { worker: id, spec: spec.clone(), peer_timeout_ms: self.peer_timeout.as_millis() as u64 };
+        let welcome = Welcome {
+            worker: id,
+            spec: spec.clone(),
+            peer_timeout_ms: self.peer_timeout.as_millis() as u64,
+            checkpoints: self.checkpoints.clone(),
+        };
         let sent = tokio::time::timeout(timeout, parcae_net::send_msg(&mut link.send, &welcome)).await;
         if !matches!(sent, Ok(Ok(()))) {
             warn!(worker = id, "welcome not delivered");

@@ -6,6 +6,7 @@
 //! job with the loaded policy. Remote workers may join at any time with
 //! `parcae-worker --join ADDR --token T`.
 
+mod checkpoints;
 mod cloud;
 mod fleet;
 mod metrics;
@@ -81,9 +82,19 @@ pub struct RunArgs {
     /// Stop after N committed steps.
     #[arg(long)]
     pub max_steps: Option<u64>,
-    /// Directory for checkpoints, worker identities and logs.
+    /// Directory for worker identities, logs and the event log (and checkpoints, unless
+    /// --checkpoint-url puts them elsewhere).
     #[arg(long, default_value = "out/run")]
     pub run_dir: PathBuf,
+    /// Where the stage holders write checkpoints, directly: `file:///dir` (default: the run
+    /// directory), `s3://bucket/prefix` (credentials and region from the usual AWS
+    /// environment), `gs://bucket/prefix` or `az://container/prefix`.
+    #[arg(long, value_name = "URL")]
+    pub checkpoint_url: Option<String>,
+    /// An S3-compatible endpoint for an s3:// checkpoint URL (MinIO, moto, ...), passed on to
+    /// every worker; default: AWS_ENDPOINT_URL, else AWS.
+    #[arg(long, value_name = "URL")]
+    pub checkpoint_endpoint: Option<String>,
     /// Address the host listens on (workers and joiners connect here).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
@@ -172,12 +183,34 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
 
     // Fresh run directory (a previous run's checkpoints are not resumed).
     let run_dir = &args.run_dir;
-    for sub in ["checkpoints", "identities", "logs"] {
+    for sub in ["identities", "logs"] {
         let dir = run_dir.join(sub);
         if dir.exists() && sub != "logs" {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let checkpoint_url = match &args.checkpoint_url {
+        Some(url) => url.clone(),
+        None => std::path::absolute(run_dir)
+            .with_context(|| format!("locating {}", run_dir.display()))?
+            .display()
+            .to_string(),
+    };
+    let checkpoints = checkpoints::Checkpoints::open(&checkpoint_url, args.checkpoint_endpoint.as_deref())
+        .context("--checkpoint-url")?;
+    let cleared = checkpoints.clear().await.with_context(|| {
+        format!("clearing the previous run's checkpoints in {}", checkpoints.location("checkpoints"))
+    })?;
+    if cleared > 0 {
+        info!(objects = cleared, location = %checkpoints.location("checkpoints"), "deleted a previous run's checkpoints");
+    }
+    if args.remote && checkpoints.store().is_local() {
+        warn!(
+            location = %checkpoints.location("checkpoints"),
+            "remote workers write checkpoints to this path on their own machines: give --checkpoint-url \
+             s3://... (or a shared filesystem) so that a restart can read them"
+        );
     }
 
     // The cluster's CA, the host's identity, the join token.
@@ -222,7 +255,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         })
     };
     let command_timeout = Duration::from_secs_f64(args.command_timeout);
-    let mut fleet = Fleet::new(launch, command_timeout / 2);
+    let mut fleet = Fleet::new(launch, command_timeout / 2, checkpoints.for_workers());
 
     let runtime = args.sandbox.runtime()?;
     let mut policy = args.policies.guarded(&runtime)?;
@@ -235,7 +268,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         fleet_max: series.intervals.iter().map(|s| s.instances).max().unwrap_or(0).max(1),
         grace: scale.wall_len(Duration::from_secs_f64(args.grace_seconds)),
         checkpoint_every: args.checkpoint_every,
-        checkpoint_root: run_dir.join("checkpoints"),
+        checkpoints: checkpoints.clone(),
         max_steps: args.max_steps,
         command_timeout,
         strategy: if args.naive_assignment {
@@ -294,6 +327,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         "spec": spec,
         "policy": args.policies.policy_spec(),
         "strategy": format!("{:?}", settings.strategy),
+        "checkpoint_url": checkpoint_url,
     });
     log.write_json(&json, settings_json)?;
     log.write_svg(&plot)?;

@@ -18,7 +18,6 @@
 //! taken asynchronously at a Young/Daly cadence).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -36,6 +35,7 @@ use parcae_runtime::GuardedPolicy;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use super::checkpoints::Checkpoints;
 use super::cloud::CloudNote;
 use super::fleet::{Arrival, Fleet};
 use super::report::{CheckpointReason, RunEvent, RunLog};
@@ -56,7 +56,8 @@ pub struct RunSettings {
     pub grace: Duration,
     /// Periodic checkpoint every N committed steps (None: Young/Daly on the observed losses).
     pub checkpoint_every: Option<u64>,
-    pub checkpoint_root: PathBuf,
+    /// Where checkpoints go (the stage holders write there directly).
+    pub checkpoints: Checkpoints,
     /// Stop after this many committed steps (None: run the whole trace).
     pub max_steps: Option<u64>,
     /// How long a worker may take to answer one command before it counts as lost.
@@ -242,7 +243,7 @@ pub async fn run_job(
             // A writer died mid-write: that checkpoint can never be completed.
             if let Some(p) = recovery.pending.take() {
                 warn!(step = p.checkpoint.step, "a checkpoint writer was lost; the checkpoint is dropped");
-                let _ = std::fs::remove_dir_all(&p.checkpoint.dir);
+                settings.checkpoints.discard(&p.checkpoint.prefix).await;
             }
         }
         update_cadence(settings, &mut recovery, start.elapsed(), log);
@@ -318,7 +319,7 @@ pub async fn run_job(
                 match train_step(settings, fleet, &mut job, &layout, log).await {
                     Ok((millis, written)) => {
                         recovery.step_times.push(Duration::from_secs_f64(millis / 1000.0));
-                        record_writes(settings, &mut job, &mut recovery, written, log)?;
+                        record_writes(settings, &mut job, &mut recovery, written, log).await;
                     }
                     Err(error) => {
                         warn!(%error, step = job.step, "step failed; aborted on the survivors");
@@ -373,7 +374,11 @@ pub async fn run_job(
         }
     }
     let health = PolicyHealth::new(&policy.predictor_counts(), &policy.optimizer_counts());
-    log.finish(job.step, job.checkpoint.as_ref().map(|c| c.dir.clone()), Some(health));
+    log.finish(
+        job.step,
+        job.checkpoint.as_ref().map(|c| settings.checkpoints.location(&c.prefix)),
+        Some(health),
+    );
     Ok(())
 }
 
@@ -648,27 +653,27 @@ async fn train_step(
     Ok((millis, written))
 }
 
-/// The directory of the checkpoint at `step`, created.
-fn checkpoint_dir(settings: &RunSettings, step: u64) -> anyhow::Result<PathBuf> {
-    let dir = settings.checkpoint_root.join(format!("step-{step:08}"));
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("creating checkpoint directory {}", dir.display()))?;
-    Ok(dir)
-}
-
-/// Makes a checkpoint whose stages are all on disk current: writes the marker
-/// that makes it usable (last, atomically), deletes the one it replaces.
-fn complete_checkpoint(job: &mut JobState, checkpoint: JobCheckpoint, layers: usize) -> anyhow::Result<()> {
-    let marker =
-        serde_json::json!({ "step": checkpoint.step, "layers": layers, "stages": checkpoint.stages });
-    let tmp = checkpoint.dir.join("COMPLETE.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&marker)?)
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, checkpoint.dir.join("COMPLETE"))
-        .with_context(|| format!("completing checkpoint {}", checkpoint.dir.display()))?;
+/// Makes a checkpoint whose stages are all in the store current: writes the
+/// marker that makes it usable (last) and the pointer to it, deletes the one it
+/// replaces. One older than the current checkpoint is deleted instead.
+async fn complete_checkpoint(
+    settings: &RunSettings,
+    job: &mut JobState,
+    checkpoint: JobCheckpoint,
+) -> anyhow::Result<()> {
+    if job.checkpoint.as_ref().is_some_and(|current| current.step > checkpoint.step) {
+        settings.checkpoints.discard(&checkpoint.prefix).await;
+        return Ok(());
+    }
+    if let Err(e) = settings.checkpoints.complete(&checkpoint).await {
+        settings.checkpoints.discard(&checkpoint.prefix).await;
+        return Err(e).with_context(|| {
+            format!("completing checkpoint {}", settings.checkpoints.location(&checkpoint.prefix))
+        });
+    }
     if let Some(old) = job.checkpoint_completed(checkpoint) {
         // Keep only the newest complete checkpoint.
-        let _ = std::fs::remove_dir_all(old.dir);
+        settings.checkpoints.discard(&old.prefix).await;
     }
     Ok(())
 }
@@ -688,13 +693,13 @@ async fn write_checkpoint(
     let cover = job
         .checkpoint_writers(settings.spec.num_layers(), writers)
         .ok_or_else(|| anyhow::anyhow!("checkpoint at step {step}: the writers do not hold every layer"))?;
-    let dir = checkpoint_dir(settings, step)?;
+    let prefix = JobCheckpoint::prefix_for(step);
     let started = Instant::now();
     let commands: BTreeMap<WorkerId, WorkerCommand> = cover
         .iter()
         .enumerate()
         .map(|(stage, (id, _))| {
-            (*id, WorkerCommand::Checkpoint { step, dir: JobCheckpoint::stage_dir(&dir, stage) })
+            (*id, WorkerCommand::Checkpoint { step, prefix: JobCheckpoint::stage_prefix(&prefix, stage) })
         })
         .collect();
     let replies = fleet.call_many(commands, timeout).await;
@@ -707,9 +712,10 @@ async fn write_checkpoint(
         }
     }
     let stages = cover.into_iter().map(|(_, r)| r).collect();
-    complete_checkpoint(job, JobCheckpoint { step, dir: dir.clone(), stages }, settings.spec.num_layers())?;
+    let location = settings.checkpoints.location(&prefix);
+    complete_checkpoint(settings, job, JobCheckpoint { step, prefix, stages }).await?;
     let millis = started.elapsed().as_secs_f64() * 1000.0;
-    log.event(RunEvent::Checkpointed { step, bytes, millis, write_millis: millis, reason, dir });
+    log.event(RunEvent::Checkpointed { step, bytes, millis, write_millis: millis, reason, location });
     Ok(())
 }
 
@@ -726,14 +732,14 @@ async fn start_periodic_checkpoint(
     let cover = job
         .checkpoint_writers(settings.spec.num_layers(), &slot_workers)
         .ok_or_else(|| anyhow::anyhow!("checkpoint at step {step}: the slots do not hold every layer"))?;
-    let dir = checkpoint_dir(settings, step)?;
+    let prefix = JobCheckpoint::prefix_for(step);
     recovery.last_periodic_step = step;
     let started = Instant::now();
     let commands: BTreeMap<WorkerId, WorkerCommand> = cover
         .iter()
         .enumerate()
         .map(|(stage, (id, _))| {
-            (*id, WorkerCommand::Snapshot { step, dir: JobCheckpoint::stage_dir(&dir, stage) })
+            (*id, WorkerCommand::Snapshot { step, prefix: JobCheckpoint::stage_prefix(&prefix, stage) })
         })
         .collect();
     let replies = fleet.call_many(commands, settings.command_timeout).await;
@@ -748,7 +754,7 @@ async fn start_periodic_checkpoint(
     recovery.checkpoint_waits.push(blocking);
     recovery.pending = Some(PendingCheckpoint {
         waiting: cover.iter().map(|(id, _)| *id).collect(),
-        checkpoint: JobCheckpoint { step, dir, stages: cover.into_iter().map(|(_, r)| r).collect() },
+        checkpoint: JobCheckpoint { step, prefix, stages: cover.into_iter().map(|(_, r)| r).collect() },
         bytes: 0,
         blocking_millis: blocking.as_secs_f64() * 1000.0,
         write_millis: 0.0,
@@ -757,14 +763,15 @@ async fn start_periodic_checkpoint(
 }
 
 /// Applies the background writes the workers reported; completes the pending
-/// checkpoint once every stage is on disk.
-fn record_writes(
+/// checkpoint once every stage is in the store (a failure leaves the previous
+/// checkpoint current).
+async fn record_writes(
     settings: &RunSettings,
     job: &mut JobState,
     recovery: &mut Recovery,
     written: Vec<(WorkerId, BackgroundWrite)>,
     log: &mut RunLog,
-) -> anyhow::Result<()> {
+) {
     for (id, write) in written {
         let Some(pending) = recovery.pending.as_mut().filter(|p| p.checkpoint.step == write.step) else {
             continue;
@@ -780,24 +787,29 @@ fn record_writes(
                 log.event(RunEvent::Failure {
                     what: format!("checkpoint at step {}: worker {id}: {reason}", write.step),
                 });
-                let _ = std::fs::remove_dir_all(&pending.checkpoint.dir);
+                let prefix = pending.checkpoint.prefix.clone();
                 recovery.pending = None;
+                settings.checkpoints.discard(&prefix).await;
             }
         }
     }
     if recovery.pending.as_ref().is_some_and(|p| p.waiting.is_empty())
         && let Some(done) = recovery.pending.take()
     {
-        let (step, dir) = (done.checkpoint.step, done.checkpoint.dir.clone());
-        complete_checkpoint(job, done.checkpoint, settings.spec.num_layers())?;
-        log.event(RunEvent::Checkpointed {
-            step,
-            bytes: done.bytes,
-            millis: done.blocking_millis,
-            write_millis: done.write_millis,
-            reason: CheckpointReason::Periodic,
-            dir,
-        });
+        let (step, location) = (done.checkpoint.step, settings.checkpoints.location(&done.checkpoint.prefix));
+        match complete_checkpoint(settings, job, done.checkpoint).await {
+            Ok(()) => log.event(RunEvent::Checkpointed {
+                step,
+                bytes: done.bytes,
+                millis: done.blocking_millis,
+                write_millis: done.write_millis,
+                reason: CheckpointReason::Periodic,
+                location,
+            }),
+            Err(error) => {
+                warn!(%error, "periodic checkpoint not completed; the previous one stays current");
+                log.event(RunEvent::Failure { what: format!("{error:#}") });
+            }
+        }
     }
-    Ok(())
 }

@@ -1,7 +1,7 @@
 //! What a run tells its user: a live progress line, the event log (JSON), a
 //! final summary and an SVG of loss and throughput over time.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -98,7 +98,8 @@ pub enum RunEvent {
         /// Wall time of the slowest stage's write (overlapping training, for a periodic one).
         write_millis: f64,
         reason: CheckpointReason,
-        dir: PathBuf,
+        /// Where it is: a directory, or a URL (`s3://bucket/prefix/checkpoints/step-...`).
+        location: String,
     },
     /// Committed work undone by a restart from an older checkpoint.
     RolledBack {
@@ -179,7 +180,8 @@ pub struct Summary {
     /// per change, a worker start plus a checkpoint load plus redoing the
     /// steps since the last checkpoint, all measured in this run.
     pub checkpoint_restart_estimate_seconds: f64,
-    pub last_checkpoint: Option<PathBuf>,
+    /// Where the newest complete checkpoint is (a directory, or a URL).
+    pub last_checkpoint: Option<String>,
     /// The run as a `parcae-host bench --json` record, in trace time, so a
     /// real run and its simulation line up field by field.
     pub bench: Option<BenchRecord>,
@@ -317,7 +319,7 @@ impl RunLog {
     }
 
     /// Closes the log: computes the summary.
-    pub fn finish(&mut self, steps: u64, last_checkpoint: Option<PathBuf>, health: Option<PolicyHealth>) {
+    pub fn finish(&mut self, steps: u64, last_checkpoint: Option<String>, health: Option<PolicyHealth>) {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
@@ -362,7 +364,7 @@ fn rate_over_last(events: &[Timed], window: f64) -> f64 {
     samples as f64 / span
 }
 
-fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: Option<PathBuf>) -> Summary {
+fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: Option<String>) -> Summary {
     let mut s = Summary { wall_seconds, steps, last_checkpoint, ..Summary::default() };
     let mut step_millis = Vec::new();
     let mut load_millis = Vec::new();
@@ -588,8 +590,8 @@ impl std::fmt::Display for Summary {
             self.rolled_back_steps_notice_too_short,
             self.rolled_back_samples_notice_too_short
         )?;
-        if let Some(dir) = &self.last_checkpoint {
-            write!(f, "  last checkpoint: {}", dir.display())?;
+        if let Some(location) = &self.last_checkpoint {
+            write!(f, "  last checkpoint: {location}")?;
         }
         Ok(())
     }
