@@ -58,7 +58,7 @@ pub enum Command {
 impl Cli {
     /// Parses `args` (the program name first), refusing `run` options given
     /// before a subcommand (`parcae-host --policy x.wasm bench`), which the
-    /// subcommand would otherwise silently ignore. `--verbose` and `--log-format` go anywhere.
+    /// subcommand would otherwise silently ignore. Global flags (`-v`, `--log-format`) go anywhere.
     pub fn try_parse_checked<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
@@ -68,7 +68,8 @@ impl Cli {
         let matches = command.try_get_matches_from_mut(args)?;
         if let Some(subcommand) = matches.subcommand_name() {
             let misplaced = matches.ids().map(|id| id.as_str()).find(|&id| {
-                !["verbose", "log_format"].contains(&id)
+                // Arguments only (not the groups of flattened structs), and not the global ones.
+                command.get_arguments().any(|a| a.get_id() == id && !a.is_global_set())
                     && matches.value_source(id) == Some(ValueSource::CommandLine)
             });
             if let Some(id) = misplaced {
@@ -141,5 +142,8 @@ mod tests {
         let e = Cli::try_parse_checked(["parcae-host", "--policy", "x.wasm", "bench"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{e}");
         assert!(e.to_string().contains("--policy is an option of the default command (run)"), "{e}");
+        // Global logging flags go before a subcommand too.
+        let cli = Cli::try_parse_checked(["parcae-host", "--log-format", "json", "-v", "run"]).unwrap();
+        assert!(cli.log.verbose && matches!(cli.command, Some(Command::Run(_))));
     }
 }
