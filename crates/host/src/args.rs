@@ -57,18 +57,49 @@ pub struct SandboxArgs {
     /// Memory one policy may hold, MiB.
     #[arg(long, default_value_t = SandboxLimits::default().memory_bytes >> 20)]
     pub memory_mib: usize,
+    /// Where compiled policy components (1 MiB or more: Python, JavaScript)
+    /// are kept between runs, or `off` (default: $PARCAE_CACHE_DIR, else
+    /// $XDG_CACHE_HOME/parcae/components, else ~/.cache/parcae/components).
+    #[arg(long, value_name = "DIR|off")]
+    pub compile_cache: Option<PathBuf>,
 }
 
 impl SandboxArgs {
-    /// The policy runtime enforcing these budgets.
+    /// The policy runtime enforcing these budgets, with the compile cache of
+    /// `--compile-cache`, else [`compile_cache_dir`].
     pub fn runtime(&self) -> anyhow::Result<PolicyRuntime> {
-        Ok(PolicyRuntime::new(SandboxLimits {
+        let runtime = PolicyRuntime::new(SandboxLimits {
             fuel_per_call: self.fuel,
             deadline_per_call: Duration::from_millis(self.deadline_ms),
             memory_bytes: self.memory_mib << 20,
             ..SandboxLimits::default()
-        })?)
+        })?;
+        let cache = match &self.compile_cache {
+            Some(dir) if dir.as_os_str() == "off" => None,
+            Some(dir) => Some(dir.clone()),
+            None => compile_cache_dir(),
+        };
+        Ok(match cache {
+            Some(dir) => runtime.with_compile_cache(dir),
+            None => runtime,
+        })
     }
+}
+
+/// Environment variable naming the compile cache directory (empty: no cache).
+pub const CACHE_DIR_ENV: &str = "PARCAE_CACHE_DIR";
+
+/// Where compiled policy components are kept between runs: `$PARCAE_CACHE_DIR`
+/// (set but empty: nowhere), else `$XDG_CACHE_HOME/parcae/components`, else
+/// `$HOME/.cache/parcae/components`.
+pub fn compile_cache_dir() -> Option<PathBuf> {
+    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(value) = std::env::var_os(CACHE_DIR_ENV) {
+        return (!value.is_empty()).then(|| PathBuf::from(value));
+    }
+    non_empty("XDG_CACHE_HOME")
+        .or_else(|| non_empty("HOME").map(|home| home.join(".cache")))
+        .map(|cache| cache.join("parcae").join("components"))
 }
 
 /// Which policy components decide.

@@ -9,6 +9,7 @@ use wasmtime::component::{Component, InstancePre, Linker};
 use wasmtime::{Config, Engine, OptLevel};
 
 use crate::bindings::{OptimizerIndices, PredictorIndices};
+use crate::cache::CompileCache;
 use crate::instance::PolicyInstance;
 use crate::sandbox::{EPOCH_TICK, GuestState, SandboxLimits};
 
@@ -132,6 +133,7 @@ pub struct PolicyRuntime {
     engine: Engine,
     linker: Linker<GuestState>,
     limits: SandboxLimits,
+    cache: Option<CompileCache>,
     ticker: Option<EpochTicker>,
 }
 
@@ -157,7 +159,22 @@ impl PolicyRuntime {
         let ticker = EpochTicker::start(engine.clone())
             .map_err(|e| LoadError::Engine(format!("cannot start the epoch thread: {e}")))?;
         let ticker = Some(ticker);
-        Ok(Self { engine, linker, limits, ticker })
+        Ok(Self { engine, linker, limits, cache: None, ticker })
+    }
+
+    /// Keeps the machine code of components of at least
+    /// [`CACHE_MIN_BYTES`](crate::CACHE_MIN_BYTES) in `dir` (created when
+    /// needed), so that the next load of the same component, by this process
+    /// or another with the same engine settings, skips compiling. `dir` must be
+    /// writable by this user only: its entries are executed.
+    pub fn with_compile_cache(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.cache = Some(CompileCache::new(dir.into(), &self.engine));
+        self
+    }
+
+    /// The compile cache directory, if any.
+    pub fn compile_cache(&self) -> Option<&Path> {
+        self.cache.as_ref().map(CompileCache::dir)
     }
 
     /// The limits every policy loaded here runs under.
@@ -183,15 +200,24 @@ impl PolicyRuntime {
         if is_core_module(bytes) {
             return Err(LoadError::CoreModule { name: name.to_string() });
         }
-        let component = Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid {
+        let compiled = match &self.cache {
+            Some(cache) => cache.load(&self.engine, bytes),
+            None => Component::new(&self.engine, bytes).map(|c| (c, false)),
+        };
+        let (component, from_cache) = compiled.map_err(|e| LoadError::Invalid {
             name: name.to_string(),
             // One line: wasmtime's messages may embed multi-line debug output.
             reason: format!("{e:#}").split_whitespace().collect::<Vec<_>>().join(" "),
         })?;
-        self.check_and_link(name, component)
+        self.check_and_link(name, component, from_cache)
     }
 
-    fn check_and_link(&self, name: &str, component: Component) -> Result<Arc<PolicyComponent>, LoadError> {
+    fn check_and_link(
+        &self,
+        name: &str,
+        component: Component,
+        from_cache: bool,
+    ) -> Result<Arc<PolicyComponent>, LoadError> {
         let ty = component.component_type();
         let export_names: Vec<String> = ty.exports(&self.engine).map(|(n, _)| n.to_string()).collect();
         let exports = Exports {
@@ -270,6 +296,7 @@ impl PolicyRuntime {
             exports,
             imports,
             stubbed,
+            from_cache,
             limits: self.limits.clone(),
         });
         // Instantiate once now so that type mismatches and failing start-up
@@ -301,6 +328,7 @@ pub struct PolicyComponent {
     exports: Exports,
     imports: Vec<String>,
     stubbed: Vec<String>,
+    from_cache: bool,
     pub(crate) limits: SandboxLimits,
 }
 
@@ -325,6 +353,12 @@ impl PolicyComponent {
     /// and a call that reaches one faults and falls back.
     pub fn stubbed_imports(&self) -> &[String] {
         &self.stubbed
+    }
+
+    /// Whether its machine code came from the compile cache (see
+    /// [`PolicyRuntime::with_compile_cache`]) rather than a compilation now.
+    pub fn from_cache(&self) -> bool {
+        self.from_cache
     }
 
     /// Whether it imports the host's log interface.

@@ -14,14 +14,20 @@
 //! wasmtime-wasi's p2 set (`wasi:http`, which a default componentize-js build
 //! imports for `fetch`) are satisfied by stubs that trap when called
 //! ([`PolicyComponent::stubbed_imports`]).
+//!
+//! Compiling a large component takes seconds; a runtime given a cache
+//! directory ([`PolicyRuntime::with_compile_cache`]) keeps the machine code of
+//! large components there between runs.
 
 mod bindings;
+mod cache;
 mod component;
 mod fault;
 mod guarded;
 mod instance;
 mod sandbox;
 
+pub use cache::{CACHE_MAX_BYTES, CACHE_MIN_BYTES};
 pub use component::{Exports, LoadError, PolicyComponent, PolicyRuntime};
 pub use fault::{FaultCounts, FaultKind, PolicyFault};
 pub use guarded::{Answer, GuardedPolicy, Source};

@@ -93,36 +93,3 @@ pub fn build_component(script: &str, output: &std::path::Path, hint: &str) -> Pa
     assert!(status.success(), "{script} failed; {hint}");
     output.to_path_buf()
 }
-
-/// The `parcae-host` binary of this build profile, brought up to date
-/// (`cargo test -p parcae-e2e-sandbox` alone does not build other packages'
-/// binaries; when it is current this is a no-op).
-pub fn host_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(std::path::Path::parent).expect("target/<profile>/deps/<test>");
-    let mut cargo = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cargo.current_dir(workspace_root()).args(["build", "--quiet", "-p", "parcae-host"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cargo.arg("--release");
-    }
-    let status = cargo.status().expect("running cargo build");
-    assert!(status.success(), "building parcae-host failed");
-    dir.join(format!("parcae-host{}", std::env::consts::EXE_SUFFIX))
-}
-
-/// Runs `parcae-host ARGS` from the workspace root; returns stdout, or
-/// panics with both streams when it fails.
-pub fn run_host(host: &std::path::Path, args: &[&str]) -> String {
-    let output = std::process::Command::new(host)
-        .current_dir(workspace_root())
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", host.display()));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "parcae-host {args:?} failed:\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}

@@ -860,7 +860,12 @@ mod tests {
             horizon: 8,
             simulate: 2,
             json: Some(json.clone()),
-            sandbox: SandboxArgs { fuel: 10_000_000_000, deadline_ms: 5_000, memory_mib: 256 },
+            sandbox: SandboxArgs {
+                fuel: 10_000_000_000,
+                deadline_ms: 5_000,
+                memory_mib: 256,
+                compile_cache: None,
+            },
             notice: NoticeArgs { notice_seconds: None },
         };
         run(&args).unwrap();
