@@ -162,7 +162,7 @@ pub struct ReconfigureOutcome {
 }
 
 /// Why committed work was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RollbackCause {
     /// A holder vanished without notice (or its connection died).

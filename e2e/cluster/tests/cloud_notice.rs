@@ -53,7 +53,7 @@ fn a_notice_from_the_instance_metadata_service_makes_the_host_move_the_job_in_ti
         .arg("run")
         .args(["--remote", "--remote-workers", "3", "--listen", "127.0.0.1:0"])
         .args(["--profile", profile.to_str().unwrap(), "--policy", "builtin:reactive"])
-        .args(["--intervals", "6", "--wall-seconds-per-interval", "4"])
+        .args(["--intervals", "5", "--wall-seconds-per-interval", "4"])
         .args(["--run-dir", run_dir.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(dir.join("host.log")).unwrap())

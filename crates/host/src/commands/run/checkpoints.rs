@@ -98,7 +98,6 @@ impl Checkpoints {
     /// The newest complete checkpoint: the one the pointer names when its marker is there,
     /// unless a newer marker exists (the pointer lags its marker by one write, so a host
     /// killed between the two leaves it one checkpoint behind).
-    #[cfg_attr(not(test), expect(dead_code, reason = "read back by `run --resume`, which comes next"))]
     pub async fn latest(&self) -> Result<Option<JobCheckpoint>, CheckpointsError> {
         let pointed = match self.read(LATEST_POINTER).await {
             Ok(Some(p)) if self.store.exists(&p.marker()).await? => Some(p),

@@ -260,6 +260,16 @@ impl Fleet {
         Some(id)
     }
 
+    /// The id the next worker gets.
+    pub fn next_id(&self) -> WorkerId {
+        self.next_id
+    }
+
+    /// Hands out ids from `id` on (a resumed run goes on from the dead host's ids).
+    pub fn start_ids_at(&mut self, id: WorkerId) {
+        self.next_id = self.next_id.max(id);
+    }
+
     /// What workers reported since the last call (their cloud's preemption notices).
     pub fn reports(&mut self) -> Vec<(WorkerId, WorkerReport)> {
         std::iter::from_fn(|| self.reports.try_recv().ok()).collect()

@@ -229,6 +229,9 @@ impl RunMetrics {
             RunEvent::Killed { announced, .. } => {
                 self.preemptions.get_or_create(&label("announced", announced.to_string())).inc();
             }
+            RunEvent::Resumed { from_step, .. } => {
+                self.step.set(*from_step as i64);
+            }
             RunEvent::Allocated { .. }
             | RunEvent::Joined { .. }
             | RunEvent::Refused { .. }

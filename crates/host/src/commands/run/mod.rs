@@ -8,6 +8,7 @@
 
 mod checkpoints;
 mod cloud;
+mod durable;
 mod fleet;
 mod metrics;
 mod orchestrator;
@@ -31,7 +32,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 pub use report::{RunEvent, Summary};
-pub use timeline::{FleetEvent, TimeScale, TimedEvent, timeline};
+pub use timeline::{FleetEvent, TimeScale, TimedEvent, resume_at, timeline};
 
 use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs};
 use crate::embedded::{DEMO_TRACE, trace_or_demo};
@@ -126,6 +127,20 @@ pub struct RunArgs {
     /// any free port; the address is printed as `metrics: http://ADDR/metrics`).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Go on with the job whose host died: RUN_DIR, or the --checkpoint-url of its run. It
+    /// restarts from the newest complete checkpoint with the run's own arguments (trace,
+    /// policy, profile, ...), at the trace position and with the history it had; other
+    /// flags are ignored except --worker-bin and --checkpoint-endpoint.
+    #[arg(long, value_name = "RUN_DIR|URL")]
+    pub resume: Option<String>,
+}
+
+/// `parcae-host run`'s arguments alone, to parse a recorded command line.
+#[derive(Debug, clap::Parser)]
+#[command(name = "parcae-host run")]
+struct RecordedRun {
+    #[command(flatten)]
+    args: RunArgs,
 }
 
 /// Runs `parcae-host run`.
@@ -135,7 +150,41 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run_async(args))
+    match &args.resume {
+        None => runtime.block_on(run_async(args, None)),
+        Some(target) => runtime.block_on(resume(args, target)),
+    }
+}
+
+/// `run --resume TARGET`: reads the dead host's durable state and runs the job on from it.
+async fn resume(given: &RunArgs, target: &str) -> anyhow::Result<()> {
+    let spec =
+        parcae_store::StoreSpec { url: target.to_string(), endpoint: given.checkpoint_endpoint.clone() };
+    let store = parcae_store::Store::open(&spec).with_context(|| format!("--resume {target}"))?;
+    let job = durable::load(&store).await.with_context(|| {
+        format!(
+            "--resume {target}: no job state there (give the run directory, or the run's --checkpoint-url)"
+        )
+    })?;
+    anyhow::ensure!(
+        !job.progress.finished,
+        "--resume {target}: the run finished at step {}; nothing to resume",
+        job.progress.step
+    );
+    if std::env::current_dir().ok().as_ref() != Some(&job.cwd) {
+        info!(cwd = %job.cwd.display(), "resuming in the run's own working directory");
+        std::env::set_current_dir(&job.cwd)
+            .with_context(|| format!("changing to the run's working directory {}", job.cwd.display()))?;
+    }
+    let line = std::iter::once("parcae-host run".to_string()).chain(job.args.iter().cloned());
+    let mut args = <RecordedRun as clap::Parser>::try_parse_from(line)
+        .with_context(|| format!("the recorded arguments of the run in {target}: {:?}", job.args))?
+        .args;
+    // The checkpoints are where the job state was found; a new binary path or endpoint may be given.
+    args.checkpoint_url = Some(target.to_string());
+    args.checkpoint_endpoint = given.checkpoint_endpoint.clone().or(args.checkpoint_endpoint);
+    args.worker_bin = given.worker_bin.clone().or(args.worker_bin);
+    run_async(&args, Some(job)).await
 }
 
 fn worker_bin(args: &RunArgs) -> anyhow::Result<PathBuf> {
@@ -152,12 +201,15 @@ fn worker_bin(args: &RunArgs) -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
-async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
+async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyhow::Result<()> {
     anyhow::ensure!(args.wall_seconds_per_interval > 0.0, "--wall-seconds-per-interval must be positive");
     anyhow::ensure!(args.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
     anyhow::ensure!(args.checkpoint_every != Some(0), "--checkpoint-every must be at least 1");
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let spec = ModelSpec::load(args.spec.as_deref())?;
+    if let Some(job) = &resumed {
+        anyhow::ensure!(job.spec == spec, "the model spec changed since the run started: cannot resume it");
+    }
     let (profile, prices) = args.profile.load_with_prices()?;
     for c in &profile.configs {
         parcae_cluster::Layout::new(
@@ -180,6 +232,10 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     let end = scale.wall_interval * intervals as u32;
     let events: Vec<TimedEvent> =
         timeline(&trace, scale, &args.unannounced).into_iter().filter(|e| e.at < end).collect();
+    // A resumed run's clock goes on from the dead host's last durable write.
+    let clock_offset =
+        resumed.as_ref().map_or(Duration::ZERO, |j| Duration::from_millis(j.progress.clock_ms));
+    let events = if resumed.is_some() { resume_at(&events, clock_offset) } else { events };
 
     // Fresh run directory (a previous run's checkpoints are not resumed).
     let run_dir = &args.run_dir;
@@ -199,9 +255,21 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     };
     let checkpoints = checkpoints::Checkpoints::open(&checkpoint_url, args.checkpoint_endpoint.as_deref())
         .context("--checkpoint-url")?;
-    let cleared = checkpoints.clear().await.with_context(|| {
-        format!("clearing the previous run's checkpoints in {}", checkpoints.location("checkpoints"))
-    })?;
+    // A fresh run replaces whatever a previous run left there; a resumed one reads it.
+    let cleared = if resumed.is_some() {
+        0
+    } else {
+        checkpoints.clear().await.with_context(|| {
+            format!("clearing the previous run's checkpoints in {}", checkpoints.location("checkpoints"))
+        })?
+    };
+    let resume_from = match &resumed {
+        Some(job) => Some(orchestrator::ResumeFrom {
+            progress: job.progress.clone(),
+            checkpoint: checkpoints.latest().await.context("reading the newest complete checkpoint")?,
+        }),
+        None => None,
+    };
     if cleared > 0 {
         info!(objects = cleared, location = %checkpoints.location("checkpoints"), "deleted a previous run's checkpoints");
     }
@@ -256,6 +324,9 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     };
     let command_timeout = Duration::from_secs_f64(args.command_timeout);
     let mut fleet = Fleet::new(launch, command_timeout / 2, checkpoints.for_workers());
+    if let Some(job) = &resumed {
+        fleet.start_ids_at(job.progress.next_worker);
+    }
 
     let runtime = args.sandbox.runtime()?;
     let mut policy = args.policies.guarded(&runtime)?;
@@ -269,6 +340,7 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
         grace: scale.wall_len(Duration::from_secs_f64(args.grace_seconds)),
         checkpoint_every: args.checkpoint_every,
         checkpoints: checkpoints.clone(),
+        clock_offset,
         max_steps: args.max_steps,
         command_timeout,
         strategy: if args.naive_assignment {
@@ -300,13 +372,42 @@ async fn run_async(args: &RunArgs) -> anyhow::Result<()> {
     if metrics_server.is_some() {
         log = log.with_metrics(run_metrics.clone());
     }
+    // The job's durable state, for `run --resume` should this host die.
+    let (recorded_args, cwd, prior_events) = match resumed {
+        Some(job) => (job.args, job.cwd, job.events),
+        None => {
+            (durable::run_arguments(), std::env::current_dir().context("the working directory")?, Vec::new())
+        }
+    };
+    log.restore(prior_events.clone());
+    let mut persister = durable::Persister::start(
+        checkpoints.store().clone(),
+        durable::DurableJob {
+            format: durable::FORMAT,
+            args: recorded_args,
+            cwd,
+            spec: spec.clone(),
+            progress: resume_from.as_ref().map(|r| r.progress.clone()).unwrap_or_default(),
+            events: prior_events,
+        },
+    );
     // The cloud plays the trace on its own clock; the host's loop reacts to it.
     let start = std::time::Instant::now();
     let (notes_tx, mut notes) = mpsc::unbounded_channel();
     let cloud = tokio::spawn(cloud::play(events, start, settings.grace, fleet.shared.clone(), notes_tx));
-    let outcome =
-        orchestrator::run_job(&settings, &mut policy, &mut fleet, start, &mut notes, &mut arrivals, &mut log)
-            .await;
+    let outcome = orchestrator::run_job(
+        &settings,
+        &mut policy,
+        &mut fleet,
+        start,
+        &mut notes,
+        &mut arrivals,
+        &mut log,
+        resume_from,
+        &mut persister,
+    )
+    .await;
+    persister.finish().await;
     cloud.abort();
     fleet.shutdown(Duration::from_secs(5)).await;
     accept.abort();

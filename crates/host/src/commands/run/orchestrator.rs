@@ -37,6 +37,7 @@ use tracing::{info, warn};
 
 use super::checkpoints::Checkpoints;
 use super::cloud::CloudNote;
+use super::durable::{Persister, Progress};
 use super::fleet::{Arrival, Fleet};
 use super::report::{CheckpointReason, RunEvent, RunLog};
 use super::timeline::TimeScale;
@@ -58,6 +59,9 @@ pub struct RunSettings {
     pub checkpoint_every: Option<u64>,
     /// Where checkpoints go (the stage holders write there directly).
     pub checkpoints: Checkpoints,
+    /// The run's clock when this host started (non-zero on `run --resume`: the dead host's
+    /// clock at its last durable write).
+    pub clock_offset: Duration,
     /// Stop after this many committed steps (None: run the whole trace).
     pub max_steps: Option<u64>,
     /// How long a worker may take to answer one command before it counts as lost.
@@ -120,7 +124,19 @@ impl Recovery {
     }
 }
 
+/// Where a dead host's job stood, for `run --resume`.
+pub struct ResumeFrom {
+    /// Its durable state.
+    pub progress: Progress,
+    /// The newest complete checkpoint in the store (None: none was ever completed).
+    pub checkpoint: Option<JobCheckpoint>,
+}
+
 /// Runs the job to the end of the trace (or `max_steps`) and returns the log.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the loop's channels, its clock and its durable state are separate concerns of the caller"
+)]
 pub async fn run_job(
     settings: &RunSettings,
     policy: &mut GuardedPolicy,
@@ -129,6 +145,8 @@ pub async fn run_job(
     cloud: &mut mpsc::UnboundedReceiver<CloudNote>,
     arrivals: &mut mpsc::Receiver<Arrival>,
     log: &mut RunLog,
+    resume: Option<ResumeFrom>,
+    persister: &mut Persister,
 ) -> anyhow::Result<()> {
     let layer_bytes: Vec<u64> =
         (0..settings.spec.num_layers()).map(|l| settings.spec.layer_state_bytes(l)).collect();
@@ -145,16 +163,61 @@ pub async fn run_job(
         step_times: Vec::new(),
         cadence,
     };
-    log.start(start);
-    log.event(RunEvent::Cadence { every_steps: cadence, unannounced_losses: 0 });
+    log.start(start, settings.clock_offset);
+    let clock = || start.elapsed() + settings.clock_offset;
     let mut history: Vec<IntervalStats> = Vec::new();
     let mut interval_counts = IntervalStats::default();
     let mut next_interval = 0usize;
+    match resume {
+        None => log.event(RunEvent::Cadence { every_steps: cadence, unannounced_losses: 0 }),
+        Some(ResumeFrom { progress, checkpoint }) => {
+            // Restart from the newest complete checkpoint (or from the seed), at the trace
+            // position and with the history the dead host had.
+            let from_step = checkpoint.as_ref().map_or(0, |c| c.step);
+            log.event(RunEvent::Resumed {
+                from_step,
+                last_committed_step: progress.step,
+                lost_steps: progress.step.saturating_sub(from_step),
+                checkpoint: checkpoint.as_ref().map(|c| settings.checkpoints.location(&c.prefix)),
+            });
+            info!(from_step, lost_steps = progress.step.saturating_sub(from_step), "resuming the job");
+            job.step = from_step;
+            job.checkpoint = checkpoint;
+            job.started = progress.step > 0 || job.checkpoint.is_some();
+            job.epoch = progress.epoch;
+            job.attempts = progress.attempts;
+            job.desired = progress.desired.map(|(d, p)| ParallelConfig::new(d, p));
+            recovery.unannounced = progress.unannounced.into_iter().collect();
+            recovery.last_periodic_step = from_step;
+            history = progress.history;
+            interval_counts = progress.interval_counts;
+            next_interval = progress.next_interval;
+            // A stateful policy (the default's regret guard) rebuilds its state by deciding
+            // once more over every past interval but the current one.
+            let mut current = None;
+            for k in 0..history.len().saturating_sub(1) {
+                let decision = decide(settings, policy, &history[..=k], current.as_ref());
+                current = decision.config.and_then(|c| {
+                    Layout::new(&settings.spec, c.data_parallel as usize, c.pipeline_stages as usize).ok()
+                });
+            }
+            update_cadence(settings, &mut recovery, clock(), log);
+        }
+    }
     let mut failures_in_a_row = 0u32;
     let mut fleet_changed = false;
 
     loop {
-        let now = start.elapsed();
+        let now = clock();
+        let progress = Progress {
+            clock_ms: now.as_millis() as u64,
+            next_interval,
+            history: history.clone(),
+            interval_counts,
+            next_worker: fleet.next_id(),
+            ..progress_of(&job, &recovery)
+        };
+        persister.update(progress, log);
         // 1. What the cloud did: allocations, notices, kills (it kills on its own clock).
         while let Ok(note) = cloud.try_recv() {
             match note {
@@ -246,7 +309,7 @@ pub async fn run_job(
                 settings.checkpoints.discard(&p.checkpoint.prefix).await;
             }
         }
-        update_cadence(settings, &mut recovery, start.elapsed(), log);
+        update_cadence(settings, &mut recovery, clock(), log);
 
         // 4. An interval boundary: observe, forecast, plan. Between boundaries a
         //    change of the fleet (a join, a notice, a loss) re-plans the interval
@@ -278,7 +341,7 @@ pub async fn run_job(
                 interval: next_interval - 1,
                 instances: available,
                 config: decision.config.map(|c| (c.data_parallel, c.pipeline_stages)),
-                source: decision.source,
+                source: decision.source.to_string(),
                 replan,
             });
             if decision.config != job.desired {
@@ -373,6 +436,15 @@ pub async fn run_job(
             warn!(%error, "final checkpoint failed");
         }
     }
+    let progress = Progress {
+        clock_ms: clock().as_millis() as u64,
+        next_interval,
+        history,
+        next_worker: fleet.next_id(),
+        finished: true,
+        ..progress_of(&job, &recovery)
+    };
+    persister.update(progress, log);
     let health = PolicyHealth::new(&policy.predictor_counts(), &policy.optimizer_counts());
     log.finish(
         job.step,
@@ -380,6 +452,20 @@ pub async fn run_job(
         Some(health),
     );
     Ok(())
+}
+
+/// The job's part of its durable state (the caller adds the clock and the history).
+fn progress_of(job: &JobState, recovery: &Recovery) -> Progress {
+    Progress {
+        step: job.step,
+        layout: job.layout.as_ref().map(|l| (l.data_parallel, l.pipeline_stages)),
+        desired: job.desired.map(|c| (c.data_parallel, c.pipeline_stages)),
+        checkpoint: job.checkpoint.clone(),
+        epoch: job.epoch,
+        attempts: job.attempts,
+        unannounced: recovery.unannounced.iter().copied().collect(),
+        ..Progress::default()
+    }
 }
 
 /// Re-derives the periodic cadence from what was observed; logs a change.

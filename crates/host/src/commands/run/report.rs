@@ -8,13 +8,14 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use parcae_cluster::job::RollbackCause;
 use parcae_cluster::{MigrationKind, WorkerId};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::record::{BenchRecord, PolicyHealth, RowKind};
 use crate::svg::{Area, Svg};
 
-/// One thing that happened, as written to the event log.
-#[derive(Debug, Clone, Serialize)]
+/// One thing that happened, as written to the event log (and read back from the
+/// durable job state on `run --resume`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum RunEvent {
     Allocated {
@@ -52,7 +53,7 @@ pub enum RunEvent {
         interval: usize,
         instances: u32,
         config: Option<(u32, u32)>,
-        source: &'static str,
+        source: String,
         replan: bool,
     },
     Reconfigured {
@@ -115,10 +116,22 @@ pub enum RunEvent {
     Failure {
         what: String,
     },
+    /// The job resumed after its host died (`run --resume`): from the newest complete
+    /// checkpoint, losing the steps committed after it.
+    Resumed {
+        /// The step training goes on from (the checkpoint's).
+        from_step: u64,
+        /// The last step the dead host recorded as committed.
+        last_committed_step: u64,
+        /// Committed steps lost (trained again from the same samples).
+        lost_steps: u64,
+        /// The checkpoint resumed from (None: none existed, back to step 0).
+        checkpoint: Option<String>,
+    },
 }
 
 /// Why a checkpoint was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CheckpointReason {
     /// The cadence was due (snapshot in memory, written in the background).
@@ -130,7 +143,7 @@ pub enum CheckpointReason {
 }
 
 /// An event with its time since the start of the run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Timed {
     pub t_s: f64,
     #[serde(flatten)]
@@ -182,6 +195,9 @@ pub struct Summary {
     pub checkpoint_restart_estimate_seconds: f64,
     /// Where the newest complete checkpoint is (a directory, or a URL).
     pub last_checkpoint: Option<String>,
+    /// Times the job resumed after its host died, and the committed steps those resumes lost.
+    pub resumes: usize,
+    pub steps_lost_to_host_failures: u64,
     /// The run as a `parcae-host bench --json` record, in trace time, so a
     /// real run and its simulation line up field by field.
     pub bench: Option<BenchRecord>,
@@ -212,6 +228,8 @@ pub struct RunLog {
     /// The wall clock at `start`, so event times line up with other clocks (a worker's, a
     /// test's).
     started: std::time::SystemTime,
+    /// The run's clock at `start`.
+    offset: std::time::Duration,
     events: Vec<Timed>,
     bar: Option<ProgressBar>,
     summary: Summary,
@@ -230,6 +248,7 @@ impl RunLog {
             metrics: None,
             start: Instant::now(),
             started: std::time::SystemTime::now(),
+            offset: std::time::Duration::ZERO,
             events: Vec::new(),
             bar: None,
             summary: Summary::default(),
@@ -259,10 +278,13 @@ impl RunLog {
         }
     }
 
-    /// Starts the clock and, on a terminal, the progress line.
-    pub fn start(&mut self, start: Instant) {
+    /// Starts the clock and, on a terminal, the progress line. `offset`: the run's clock
+    /// at `start` (non-zero when the job resumed after its host died), so event times go on
+    /// from the dead host's.
+    pub fn start(&mut self, start: Instant, offset: std::time::Duration) {
         self.start = start;
-        self.started = std::time::SystemTime::now() - start.elapsed();
+        self.offset = offset;
+        self.started = std::time::SystemTime::now() - start.elapsed() - offset;
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         if !bar.is_hidden() {
             bar.set_style(
@@ -277,9 +299,19 @@ impl RunLog {
         &self.summary
     }
 
+    /// The events so far, the dead host's first on a resumed run.
+    pub fn events(&self) -> &[Timed] {
+        &self.events
+    }
+
+    /// Takes over the events a dead host recorded (`run --resume`).
+    pub fn restore(&mut self, events: Vec<Timed>) {
+        self.events = events;
+    }
+
     /// Records an event and updates the progress line.
     pub fn event(&mut self, event: RunEvent) {
-        let t_s = self.start.elapsed().as_secs_f64();
+        let t_s = (self.start.elapsed() + self.offset).as_secs_f64();
         tracing::debug!(?event, "run event");
         self.events.push(Timed { t_s, event });
         if let (Some(metrics), Some(last)) = (&self.metrics, self.events.last()) {
@@ -323,7 +355,8 @@ impl RunLog {
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }
-        self.summary = summarise(&self.events, self.start.elapsed().as_secs_f64(), steps, last_checkpoint);
+        let wall_seconds = (self.start.elapsed() + self.offset).as_secs_f64();
+        self.summary = summarise(&self.events, wall_seconds, steps, last_checkpoint);
         self.summary.bench =
             self.context.as_ref().map(|c| bench_record(c, &self.events, &self.summary, health));
     }
@@ -422,6 +455,10 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
                 }
             },
             RunEvent::Aborted { .. } => s.aborted_steps += 1,
+            RunEvent::Resumed { lost_steps, .. } => {
+                s.resumes += 1;
+                s.steps_lost_to_host_failures += lost_steps;
+            }
             RunEvent::Notice { .. } => s.preemptions += 1,
             RunEvent::Killed { announced: false, .. } => {
                 s.preemptions += 1;
@@ -590,6 +627,13 @@ impl std::fmt::Display for Summary {
             self.rolled_back_steps_notice_too_short,
             self.rolled_back_samples_notice_too_short
         )?;
+        if self.resumes > 0 {
+            writeln!(
+                f,
+                "  resumed {} time(s) after the host died, losing {} committed steps",
+                self.resumes, self.steps_lost_to_host_failures
+            )?;
+        }
         if let Some(location) = &self.last_checkpoint {
             write!(f, "  last checkpoint: {location}")?;
         }

@@ -61,9 +61,48 @@ pub fn timeline(trace: &Trace, scale: TimeScale, unannounced: &[String]) -> Vec<
         .collect()
 }
 
+/// The rest of `events` for a run that resumes at `at` (`run --resume`): every node the
+/// cloud had granted and not yet reclaimed by then is allocated at once, and what comes
+/// after `at` follows, shifted to the resumed run's clock (which starts at `at`).
+pub fn resume_at(events: &[TimedEvent], at: Duration) -> Vec<TimedEvent> {
+    let mut alive: Vec<String> = Vec::new();
+    for e in events.iter().filter(|e| e.at < at) {
+        match &e.event {
+            FleetEvent::Allocate { node } => alive.push(node.clone()),
+            FleetEvent::Preempt { node, .. } => alive.retain(|n| n != node),
+        }
+    }
+    let now =
+        alive.into_iter().map(|node| TimedEvent { at: Duration::ZERO, event: FleetEvent::Allocate { node } });
+    let later =
+        events.iter().filter(|e| e.at >= at).map(|e| TimedEvent { at: e.at - at, event: e.event.clone() });
+    now.chain(later).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resumed_replay_starts_the_nodes_alive_then_and_plays_the_rest() {
+        let s = Duration::from_secs;
+        let alloc =
+            |at: u64, node: &str| TimedEvent { at: s(at), event: FleetEvent::Allocate { node: node.into() } };
+        let preempt = |at: u64, node: &str| TimedEvent {
+            at: s(at),
+            event: FleetEvent::Preempt { node: node.into(), notice: true },
+        };
+        let events = vec![alloc(0, "a"), alloc(0, "b"), preempt(4, "a"), alloc(6, "c"), preempt(12, "b")];
+        assert_eq!(
+            resume_at(&events, s(8)),
+            vec![
+                TimedEvent { at: s(0), event: FleetEvent::Allocate { node: "b".into() } },
+                TimedEvent { at: s(0), event: FleetEvent::Allocate { node: "c".into() } },
+                TimedEvent { at: s(4), event: FleetEvent::Preempt { node: "b".into(), notice: true } },
+            ]
+        );
+        assert_eq!(resume_at(&events, Duration::ZERO), events, "resuming at 0 is the whole replay");
+    }
 
     #[test]
     fn scales_trace_time_onto_the_wall_interval() {
