@@ -3,7 +3,7 @@
 # runs the main job on the embedded defaults: a local cluster of worker
 # processes on loopback training the built-in small GPT while the embedded
 # demo trace (8 instances, one hour) is replayed in accelerated time (4 s per
-# minute of trace, --wall-seconds-per-interval), with the embedded robust-liveput policy planning each
+# minute of trace, --wall-seconds-per-interval), with the embedded default policy (guarded-liveput) planning each
 # interval. Extra arguments go to `parcae-host run` (see --help).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

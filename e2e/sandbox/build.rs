@@ -1,6 +1,7 @@
 //! Builds the guest components the end-to-end tests load: the Rust reactive
-//! policy and the adversarial fixtures. The Python policy is built by its test
-//! (it needs componentize-py, see `scripts/setup-python.sh`).
+//! policy and the adversarial fixtures. The Python and JavaScript policies are
+//! built by their tests (they need componentize-py and componentize-js, see
+//! `scripts/setup-python.sh` and `scripts/setup-js.sh`).
 
 use std::path::Path;
 

@@ -47,7 +47,7 @@ pub const BUILTIN_POLICIES: &[BuiltinPolicy] = &[
     BuiltinPolicy {
         name: "guarded-liveput",
         bytes: GUARDED_LIVEPUT_POLICY,
-        description: "the default: robust liveput under a regret guard against the reactive baseline",
+        description: "robust liveput under a regret guard against the reactive baseline",
     },
     BuiltinPolicy {
         name: "arima-liveput",

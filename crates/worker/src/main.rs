@@ -180,8 +180,9 @@ fn parse_device(name: &str) -> anyhow::Result<parcae_worker::tch::Device> {
 /// `parcae-worker profile`: progress on stderr, the table (or JSON) on stdout.
 fn profile(args: ProfileArgs) -> anyhow::Result<()> {
     use parcae_worker::profile::{
-        ProfileOptions, measure_process_start, render_table, run_profile, write_profile,
+        ProfileOptions, Progress, measure_process_start, render_table, run_profile, write_profile,
     };
+    use std::io::IsTerminal;
     let device = parse_device(&args.device)?;
     let spec = parcae_cluster::ModelSpec::load(args.spec.as_deref())?;
     let mut opts = ProfileOptions::new(spec, device);
@@ -210,7 +211,29 @@ fn profile(args: ProfileArgs) -> anyhow::Result<()> {
         "profiling {} on {:?} ({} cores): layouts up to {} instances, {} warm-up + {} timed steps each",
         opts.model_name, device, opts.cores, opts.max_instances, opts.warmup_steps, opts.steps
     );
-    let report = run_profile(&opts, &mut |line| eprintln!("  {line}"))?;
+    // A bar on a terminal (lines printed above it); plain lines otherwise.
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::stderr());
+        if let Ok(style) =
+            indicatif::ProgressStyle::with_template("measuring {bar:30} {pos}/{len} [{elapsed}]")
+        {
+            bar.set_style(style);
+        }
+        Some(bar)
+    } else {
+        None
+    };
+    let report = run_profile(&opts, &mut |event| match (event, &bar) {
+        (Progress::Planned(units), Some(bar)) => bar.set_length(units),
+        (Progress::Unit, Some(bar)) => bar.inc(1),
+        (Progress::Line(line), Some(bar)) => bar.println(format!("  {line}")),
+        (Progress::Line(line), None) => eprintln!("  {line}"),
+        (_, None) => {}
+    });
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let report = report?;
     write_profile(&report.profile, &args.out)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -405,7 +405,9 @@ fn outcome(
     }
 }
 
-/// Runs `series` through the policy and scores it.
+/// Runs `series` through the policy and scores it; `progress` advances one
+/// unit per interval.
+#[expect(clippy::too_many_arguments, reason = "one call site; the settings of one simulated candidate")]
 fn simulate_candidate(
     profile: &ModelProfile,
     series: &[IntervalStats],
@@ -414,10 +416,11 @@ fn simulate_candidate(
     policy: &mut GuardedPolicy,
     horizon: u32,
     recovery: Recovery,
+    progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<parcae_sim::SimResult> {
     let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
-    let decisions = replay(series, profile, policy, &settings, |_| {});
+    let decisions = replay(series, profile, policy, &settings, |_| progress.inc(1));
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
     Ok(parcae_sim::simulate_under(
         profile,
@@ -606,9 +609,17 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     let policies = args.policies.load(&runtime).with_context(|| format!("loading policy {spec}"))?;
     let mut simulated = Vec::new();
     let chosen: Vec<&Prediction> = candidates.iter().filter(|c| c.meets_goal).take(args.simulate).collect();
-    let chosen =
+    let chosen: Vec<&Prediction> =
         if chosen.is_empty() { candidates.iter().take(args.simulate.min(1)).collect() } else { chosen };
+    // One unit per simulated interval: a policy that plans slowly makes this the long part.
+    let intervals: usize = chosen
+        .iter()
+        .filter_map(|c| loaded.iter().find(|l| l.offer.name == c.offer))
+        .map(|l| l.market.series.len())
+        .sum();
+    let progress = crate::progress::bar(intervals as u64, "simulating");
     for c in chosen {
+        progress.set_message(format!("{} x {} ({})", c.requested, c.offer, c.market.as_str()));
         let Some(l) = loaded.iter().find(|l| l.offer.name == c.offer) else { continue };
         let series = match c.market {
             Market::Spot => l.market.capped(c.requested),
@@ -628,6 +639,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             &mut policy,
             args.horizon,
             recovery,
+            &progress,
         )
         .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
         let t = &result.totals;
@@ -652,6 +664,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             meets_goal,
         });
     }
+    progress.finish_and_clear();
 
     let mut table = Table::new();
     table.load_preset(presets::ASCII_MARKDOWN);

@@ -64,13 +64,16 @@ fn ms(d: Duration) -> f64 {
 /// of one step, so a step's time includes starting its slot threads, well under a
 /// millisecond). Interleaving the layouts spreads slow phases of other load on the machine
 /// over all of them instead of penalising whichever layout was running; the price is that
-/// every layout's trainers stay in memory together.
+/// every layout's trainers stay in memory together. `on_unit` is called after each layout's
+/// warm-up and after each timed step of each layout (`layouts x (steps + 1)` calls with a
+/// warm-up, `layouts x steps` without), for a progress bar.
 pub fn measure_layouts(
     spec: &ModelSpec,
     layouts: &[(usize, usize)],
     device: Device,
     warmup: u64,
     steps: u64,
+    on_unit: &mut dyn FnMut(),
 ) -> Result<Vec<Measurement>, ProfilingError> {
     if steps == 0 {
         return Err(ProfilingError::Options("at least one timed step is needed".into()));
@@ -84,6 +87,7 @@ pub fn measure_layouts(
             .collect::<Result<_, _>>()?;
         if warmup > 0 {
             trainers = train_local(&layout, trainers, warmup)?.trainers;
+            on_unit();
         }
         runs.push((layout, trainers, Vec::with_capacity(steps as usize), f64::NAN));
     }
@@ -94,6 +98,7 @@ pub fn measure_layouts(
             samples.push(ms(start.elapsed()));
             *trainers = run.trainers;
             *last_loss = run.losses.first().copied().unwrap_or(f64::NAN);
+            on_unit();
         }
     }
     Ok(runs

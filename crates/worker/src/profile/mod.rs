@@ -57,7 +57,7 @@ pub use holdout::{HeldOut, HoldoutReport, extrapolation, leave_one_out};
 pub use measure::{Measurement, Timings, measure_layouts, measure_model_build, measure_process_start};
 pub use options::{EXAMPLE_ON_DEMAND_USD_PER_HOUR, EXAMPLE_SPOT_USD_PER_HOUR, ProfileOptions, hardware_name};
 pub use report::{EntrySource, LayoutRow, ProfileReport, render_table};
-pub use run::run_profile;
+pub use run::{Progress, run_profile};
 pub use transfer::{default_transfer_sizes, measure_transfer};
 
 /// Why profiling failed.

@@ -17,11 +17,24 @@ use super::{ProfileOptions, ProfilingError, candidate_layouts};
 #[cfg(doc)]
 use super::write_profile;
 
-/// Measures, fits and builds the profile (see the module docs). `progress` receives one line
-/// per finished measurement. The profile is validated but not written ([`write_profile`]).
+/// What [`run_profile`] reports while it works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress<'a> {
+    /// The work ahead, in units: each layout's warm-up and each of its timed steps, the stage
+    /// builds of each pipeline depth, and the transfer curve. Sent once, first.
+    Planned(u64),
+    /// One unit done.
+    Unit,
+    /// A finished measurement, one line of text.
+    Line(&'a str),
+}
+
+/// Measures, fits and builds the profile (see the module docs). `progress` hears the work
+/// planned, each unit done, and one line per finished measurement. The profile is validated
+/// but not written ([`write_profile`]).
 pub fn run_profile(
     opts: &ProfileOptions,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<ProfileReport, ProfilingError> {
     let spec = &opts.spec;
     spec.validate()?;
@@ -37,12 +50,18 @@ pub fn run_profile(
     }
     let to_measure: Vec<(usize, usize)> =
         candidates.iter().copied().filter(|(d, p)| d * p <= opts.measure_max).collect();
+    let depths: BTreeSet<usize> = candidates.iter().map(|&(_, p)| p).collect();
+    let per_layout = opts.steps + u64::from(opts.warmup_steps > 0);
+    progress(Progress::Planned(to_measure.len() as u64 * per_layout + depths.len() as u64 + 1));
     let mut measured: BTreeMap<(usize, usize), Measurement> = BTreeMap::new();
-    for m in measure_layouts(spec, &to_measure, opts.device, opts.warmup_steps, opts.steps)? {
-        progress(&format!(
+    let mut unit = || progress(Progress::Unit);
+    let measurements =
+        measure_layouts(spec, &to_measure, opts.device, opts.warmup_steps, opts.steps, &mut unit)?;
+    for m in measurements {
+        progress(Progress::Line(&format!(
             "measured D={} P={}: median {:.1} ms [{:.1} - {:.1}] over {} steps, loss {:.3}",
             m.dp, m.pp, m.step_ms.median, m.step_ms.min, m.step_ms.max, opts.steps, m.last_loss
-        ));
+        )));
         measured.insert((m.dp, m.pp), m);
     }
     if measured.is_empty() {
@@ -75,12 +94,12 @@ pub fn run_profile(
     let largest = obs.iter().map(|o| o.dp * o.pp).max().unwrap_or(1);
     let extra = extrapolation(&obs, cores, (largest / 2).max(1));
 
-    let depths: BTreeSet<usize> = candidates.iter().map(|&(_, p)| p).collect();
     let mut build = BTreeMap::new();
     for &p in &depths {
         build.insert(p as u32, round3(measure_model_build(spec, p, opts.device, opts.build_reps)?));
+        progress(Progress::Unit);
     }
-    progress(&format!("model build (slowest stage) by depth: {build:?} ms"));
+    progress(Progress::Line(&format!("model build (slowest stage) by depth: {build:?} ms")));
 
     let sizes = if opts.transfer_sizes.is_empty() {
         default_transfer_sizes(spec)
@@ -88,10 +107,11 @@ pub fn run_profile(
         opts.transfer_sizes.clone()
     };
     let transfer = measure_transfer(&sizes, opts.transfer_reps)?;
-    progress(&format!(
+    progress(Progress::Unit);
+    progress(Progress::Line(&format!(
         "transfer over QUIC: {}",
         transfer.iter().map(|(s, t)| format!("{s} B {:.0} us", t.median)).collect::<Vec<_>>().join(", ")
-    ));
+    )));
 
     // A layout fits the machine when each slot had a core of its own while measured: at most
     // `cores` slots, and no more than the effective cores the fit found (other load on the
@@ -187,9 +207,18 @@ mod tests {
             model_name: "tiny".into(),
             ..ProfileOptions::new(spec.clone(), Device::Cpu)
         };
-        let mut lines = Vec::new();
-        let report = run_profile(&opts, &mut |l| lines.push(l.to_string())).unwrap();
+        let (mut lines, mut planned, mut units) = (Vec::new(), Vec::new(), 0);
+        let report = run_profile(&opts, &mut |event| match event {
+            Progress::Planned(n) => planned.push(n),
+            Progress::Unit => units += 1,
+            Progress::Line(l) => lines.push(l.to_string()),
+        })
+        .unwrap();
         assert_eq!(lines.len(), 3 + 2, "{lines:?}");
+        // Three layouts of a warm-up and two steps each, the builds of the three depths of
+        // the layouts up to 4 instances, the transfers.
+        assert_eq!(planned, [3 * 3 + 3 + 1]);
+        assert_eq!(units, planned[0], "every planned unit is reported done");
         // What fits two cores, or fewer if other load left less than two effective cores.
         let measured: Vec<(usize, usize)> =
             report.rows.iter().filter(|r| r.source == EntrySource::Measured).map(|r| (r.dp, r.pp)).collect();

@@ -159,7 +159,7 @@ pub const NEXT_STEPS: &str = "\
 next:
   the paper's own policy against the default:
     parcae-host bench --policy builtin:guarded-liveput --policy builtin:arima-liveput
-  another model, trace or notice:
+  another model or notice, or another trace (data/traces/ in the repository):
     parcae-host bench --model gpt-6.7b --notice-seconds 0
     parcae-host bench --trace data/traces/aws-g4dn/g4dn-events.csv
   write your own policy (rust, python or js), build it, score it:
