@@ -11,15 +11,16 @@ use std::time::{Duration, Instant};
 
 use parcae_e2e_cluster::{binaries, max_diff_from_uninterrupted, scratch, test_profile};
 
-/// Four workers, a fifth at 3 minutes and a preemption (with notice) at 4 minutes: with 4 s
-/// per minute the host is killed well before either, so both belong to the resumed run.
+/// Four workers, a fifth at 4 minutes and a preemption (with notice) at 4.5 minutes: with 4 s
+/// per minute the host is killed well before either (a few seconds in), so both belong to
+/// the resumed run.
 const TRACE: &str = "t_ms,op,node
 0,add,n1
 0,add,n2
 0,add,n3
 0,add,n4
-180000,add,n5
-240000,remove,n2
+240000,add,n5
+270000,remove,n2
 ";
 
 /// Worker processes (alive, not zombies) whose command line names `needle`.
@@ -74,7 +75,7 @@ fn a_killed_host_resumes_from_its_last_checkpoint_and_ends_with_the_uninterrupte
         let progress = state.as_ref().map(|s| &s["progress"]);
         let step = progress.and_then(|p| p["step"].as_u64()).unwrap_or(0);
         let checkpoint = progress.and_then(|p| p["checkpoint"]["step"].as_u64()).unwrap_or(0);
-        if checkpoint >= 5 && step >= checkpoint + 3 {
+        if checkpoint >= 5 && step > checkpoint {
             host.kill().unwrap(); // SIGKILL
             host.wait().unwrap();
             break progress.unwrap().clone();
@@ -85,7 +86,7 @@ fn a_killed_host_resumes_from_its_last_checkpoint_and_ends_with_the_uninterrupte
         std::thread::sleep(Duration::from_millis(100));
     };
     let clock_s = killed_at["clock_ms"].as_f64().unwrap() / 1000.0;
-    assert!(clock_s < 12.0, "killed at {clock_s} s, after the trace's allocation at 12 s");
+    assert!(clock_s < 16.0, "killed at {clock_s} s, after the trace's allocation at 16 s");
 
     // Its workers must not linger: they exit once their host is gone.
     let orphans = workers_naming(run_dir.to_str().unwrap());

@@ -5,10 +5,11 @@
 //! event log.
 //!
 //! The control loop hands the [`Persister`] its progress after every step; a background
-//! task writes the newest state, one write at a time (updates that arrive during a write
-//! are folded into the next one), so a slow store never holds training back and the file
-//! lags the job by at most one write. Each write replaces the whole object, so a reader
-//! sees the previous state or the new one, never a mix.
+//! task writes the newest state, one write at a time and at most one per
+//! [`WRITE_INTERVAL`] (updates that arrive meanwhile are folded into the next write), so a
+//! slow store never holds training back, an object store is not asked for a write per step,
+//! and the object lags the job by about a second. Each write replaces the whole object, so
+//! a reader sees the previous state or the new one, never a mix.
 
 use std::path::PathBuf;
 
@@ -28,6 +29,9 @@ pub const JOB_STATE: &str = "job.json";
 
 /// The format this build writes and reads.
 pub const FORMAT: u32 = 1;
+
+/// The least time between two writes of the job's state.
+pub const WRITE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Everything a resumed host needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -148,6 +152,7 @@ impl Persister {
                     }
                     Err(_) => {}
                 }
+                tokio::time::sleep(WRITE_INTERVAL).await;
                 // Wait for the next update, then fold in every one already queued.
                 let Some(first) = rx.recv().await else { break };
                 let mut apply = |update: Update| match update {

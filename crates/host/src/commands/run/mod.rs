@@ -55,7 +55,8 @@ pub struct RunArgs {
     /// Length of one trace interval (the policy's control interval), seconds of trace time.
     #[arg(long, default_value_t = 60)]
     pub trace_interval_seconds: u64,
-    /// Replay only the first N intervals of the trace.
+    /// Replay only the first N intervals of the trace (with --remote: run N control
+    /// intervals, as many as asked).
     #[arg(long)]
     pub intervals: Option<usize>,
     /// Preemption notice, seconds of trace time (scaled like the trace).
@@ -102,7 +103,8 @@ pub struct RunArgs {
     /// Start no local workers: wait for workers to join with the printed token.
     #[arg(long)]
     pub remote: bool,
-    /// Workers to wait for in remote mode before training starts.
+    /// Workers to wait for in remote mode before training starts (also the least fleet size
+    /// the forecasts may reach).
     #[arg(long, default_value_t = 1)]
     pub remote_workers: usize,
     /// The worker binary (default: `parcae-worker` next to this executable).
@@ -224,7 +226,11 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
     let trace = trace_or_demo(args.trace.as_deref(), args.format)?;
     let trace_interval_ms = args.trace_interval_seconds * 1000;
     let series = trace.series(trace_interval_ms)?;
-    let intervals = args.intervals.unwrap_or(series.len()).min(series.len());
+    // A replayed fleet ends with its trace; a remote one (a real cloud) runs as long as asked.
+    let intervals = match args.intervals {
+        Some(n) if args.remote => n,
+        n => n.unwrap_or(series.len()).min(series.len()),
+    };
     let scale = TimeScale {
         trace_interval_ms,
         wall_interval: Duration::from_secs_f64(args.wall_seconds_per_interval),
@@ -336,7 +342,14 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         scale,
         intervals,
         horizon: args.horizon,
-        fleet_max: series.intervals.iter().map(|s| s.instances).max().unwrap_or(0).max(1),
+        fleet_max: series
+            .intervals
+            .iter()
+            .map(|s| s.instances)
+            .max()
+            .unwrap_or(0)
+            .max(if args.remote { args.remote_workers as u32 } else { 1 })
+            .max(1),
         grace: scale.wall_len(Duration::from_secs_f64(args.grace_seconds)),
         checkpoint_every: args.checkpoint_every,
         checkpoints: checkpoints.clone(),

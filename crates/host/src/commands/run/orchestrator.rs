@@ -306,7 +306,7 @@ pub async fn run_job(
             // A writer died mid-write: that checkpoint can never be completed.
             if let Some(p) = recovery.pending.take() {
                 warn!(step = p.checkpoint.step, "a checkpoint writer was lost; the checkpoint is dropped");
-                settings.checkpoints.discard(&p.checkpoint.prefix).await;
+                discard_checkpoint(settings, &job, &p.checkpoint.prefix).await;
             }
         }
         update_cadence(settings, &mut recovery, clock(), log);
@@ -739,6 +739,26 @@ async fn train_step(
     Ok((millis, written))
 }
 
+/// Where the checkpoint at `step` written for `reason` goes. Each reason has its own
+/// prefix: an emergency (or final) checkpoint can be written at the step of a periodic one
+/// still being written in the background, and dropping that one must not touch the other.
+fn checkpoint_prefix(step: u64, reason: CheckpointReason) -> String {
+    let prefix = JobCheckpoint::prefix_for(step);
+    match reason {
+        CheckpointReason::Periodic => prefix,
+        CheckpointReason::Emergency => format!("{prefix}-emergency"),
+        CheckpointReason::Final => format!("{prefix}-final"),
+    }
+}
+
+/// Deletes a checkpoint that was replaced or never completed, unless it is the current one.
+async fn discard_checkpoint(settings: &RunSettings, job: &JobState, prefix: &str) {
+    if job.checkpoint.as_ref().is_some_and(|c| c.prefix == prefix) {
+        return;
+    }
+    settings.checkpoints.discard(prefix).await;
+}
+
 /// Makes a checkpoint whose stages are all in the store current: writes the
 /// marker that makes it usable (last) and the pointer to it, deletes the one it
 /// replaces. One older than the current checkpoint is deleted instead.
@@ -747,19 +767,21 @@ async fn complete_checkpoint(
     job: &mut JobState,
     checkpoint: JobCheckpoint,
 ) -> anyhow::Result<()> {
-    if job.checkpoint.as_ref().is_some_and(|current| current.step > checkpoint.step) {
-        settings.checkpoints.discard(&checkpoint.prefix).await;
+    if job.checkpoint.as_ref().is_some_and(|current| current.step >= checkpoint.step) {
+        // One at least as new is current already (an emergency checkpoint at the step of
+        // this periodic one).
+        discard_checkpoint(settings, job, &checkpoint.prefix).await;
         return Ok(());
     }
     if let Err(e) = settings.checkpoints.complete(&checkpoint).await {
-        settings.checkpoints.discard(&checkpoint.prefix).await;
+        discard_checkpoint(settings, job, &checkpoint.prefix).await;
         return Err(e).with_context(|| {
             format!("completing checkpoint {}", settings.checkpoints.location(&checkpoint.prefix))
         });
     }
     if let Some(old) = job.checkpoint_completed(checkpoint) {
         // Keep only the newest complete checkpoint.
-        settings.checkpoints.discard(&old.prefix).await;
+        discard_checkpoint(settings, job, &old.prefix).await;
     }
     Ok(())
 }
@@ -779,7 +801,7 @@ async fn write_checkpoint(
     let cover = job
         .checkpoint_writers(settings.spec.num_layers(), writers)
         .ok_or_else(|| anyhow::anyhow!("checkpoint at step {step}: the writers do not hold every layer"))?;
-    let prefix = JobCheckpoint::prefix_for(step);
+    let prefix = checkpoint_prefix(step, reason);
     let started = Instant::now();
     let commands: BTreeMap<WorkerId, WorkerCommand> = cover
         .iter()
@@ -818,7 +840,7 @@ async fn start_periodic_checkpoint(
     let cover = job
         .checkpoint_writers(settings.spec.num_layers(), &slot_workers)
         .ok_or_else(|| anyhow::anyhow!("checkpoint at step {step}: the slots do not hold every layer"))?;
-    let prefix = JobCheckpoint::prefix_for(step);
+    let prefix = checkpoint_prefix(step, CheckpointReason::Periodic);
     recovery.last_periodic_step = step;
     let started = Instant::now();
     let commands: BTreeMap<WorkerId, WorkerCommand> = cover
@@ -875,7 +897,7 @@ async fn record_writes(
                 });
                 let prefix = pending.checkpoint.prefix.clone();
                 recovery.pending = None;
-                settings.checkpoints.discard(&prefix).await;
+                discard_checkpoint(settings, job, &prefix).await;
             }
         }
     }
