@@ -179,6 +179,9 @@ pub enum WorkerCommand {
         /// Milliseconds until the cloud reclaims the instance.
         grace_ms: u64,
     },
+    /// Wait for every background checkpoint write and report them (the end of
+    /// a run completes its pending periodic checkpoint instead of abandoning it).
+    Flush,
     /// Stop cleanly.
     Shutdown,
 }
@@ -296,6 +299,11 @@ pub enum Reply {
     },
     /// The notice is recorded.
     Noted,
+    /// Every background write has ended; these are the ones not reported before.
+    Flushed {
+        /// The writes that ended since the last report.
+        written: Vec<BackgroundWrite>,
+    },
     /// The worker is shutting down cleanly.
     Bye,
     /// The command failed; the worker is still consistent at its last committed step.

@@ -35,6 +35,18 @@ struct PendingWrite {
     thread: std::thread::JoinHandle<Result<(u64, f64), WorkerError>>,
 }
 
+impl PendingWrite {
+    /// Waits for the write (at once when it is finished) and reports how it went.
+    fn join(self) -> BackgroundWrite {
+        let (result, millis) = match self.thread.join() {
+            Ok(Ok((bytes, millis))) => (Ok(bytes), millis),
+            Ok(Err(e)) => (Err(e.to_string()), 0.0),
+            Err(_) => (Err("the checkpoint writer panicked".to_string()), 0.0),
+        };
+        BackgroundWrite { step: self.step, prefix: self.prefix, result, millis }
+    }
+}
+
 /// Carries out commands against the trainer.
 pub struct Driver {
     spec: ModelSpec,
@@ -90,6 +102,10 @@ impl Driver {
             WorkerCommand::Notice { grace_ms } => {
                 warn!(grace_ms, "preemption notice: the host will move or save my state before the kill");
                 Ok(Reply::Noted)
+            }
+            WorkerCommand::Flush => {
+                let written = std::mem::take(&mut self.writes).into_iter().map(PendingWrite::join).collect();
+                Ok(Reply::Flushed { written })
             }
             WorkerCommand::Shutdown => {
                 // Let background writes finish: a clean stop loses no checkpoint.
@@ -292,15 +308,6 @@ impl Driver {
         let (done, running): (Vec<PendingWrite>, Vec<PendingWrite>) =
             std::mem::take(&mut self.writes).into_iter().partition(|w| w.thread.is_finished());
         self.writes = running;
-        done.into_iter()
-            .map(|w| {
-                let (result, millis) = match w.thread.join() {
-                    Ok(Ok((bytes, millis))) => (Ok(bytes), millis),
-                    Ok(Err(e)) => (Err(e.to_string()), 0.0),
-                    Err(_) => (Err("the checkpoint writer panicked".to_string()), 0.0),
-                };
-                BackgroundWrite { step: w.step, prefix: w.prefix, result, millis }
-            })
-            .collect()
+        done.into_iter().map(PendingWrite::join).collect()
     }
 }

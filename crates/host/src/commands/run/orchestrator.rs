@@ -419,7 +419,9 @@ pub async fn run_job(
         }
     }
 
-    // A final checkpoint so the result is on disk, then a clean shutdown.
+    // A periodic checkpoint still being written is completed (or dropped) now, not
+    // abandoned; then a final checkpoint unless that one already holds the last step.
+    flush_pending_checkpoint(settings, fleet, &mut job, &mut recovery, log).await;
     if job.layout.is_some() && job.checkpoint.as_ref().is_none_or(|c| c.step < job.step) {
         let writers: Vec<WorkerId> = job.slots.keys().copied().collect();
         if let Err(error) = write_checkpoint(
@@ -868,6 +870,43 @@ async fn start_periodic_checkpoint(
         write_millis: 0.0,
     });
     Ok(())
+}
+
+/// Waits for the writers of the pending periodic checkpoint and records their
+/// writes, so it becomes current or is discarded; a writer that cannot answer
+/// drops it.
+async fn flush_pending_checkpoint(
+    settings: &RunSettings,
+    fleet: &mut Fleet,
+    job: &mut JobState,
+    recovery: &mut Recovery,
+    log: &mut RunLog,
+) {
+    let Some(pending) = recovery.pending.as_ref() else { return };
+    let commands = pending.waiting.iter().map(|&id| (id, WorkerCommand::Flush)).collect();
+    let mut written = Vec::new();
+    for (id, reply) in fleet.call_many(commands, settings.command_timeout).await {
+        match reply {
+            Ok(Reply::Flushed { written: w }) => written.extend(w.into_iter().map(|write| (id, write))),
+            other => {
+                let reason = match other {
+                    Ok(reply) => describe(&reply),
+                    Err(e) => e.to_string(),
+                };
+                warn!(worker = id, %reason, "a checkpoint writer did not flush; its checkpoint is dropped");
+                if let Some(p) = recovery.pending.take() {
+                    discard_checkpoint(settings, job, &p.checkpoint.prefix).await;
+                }
+                return;
+            }
+        }
+    }
+    record_writes(settings, job, recovery, written, log).await;
+    if let Some(p) = recovery.pending.take() {
+        // A writer reported nothing for this step (its write belonged to an older one).
+        warn!(step = p.checkpoint.step, "a periodic checkpoint was not fully written; it is dropped");
+        discard_checkpoint(settings, job, &p.checkpoint.prefix).await;
+    }
 }
 
 /// Applies the background writes the workers reported; completes the pending
