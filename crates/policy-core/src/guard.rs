@@ -119,11 +119,24 @@ pub struct GuardedLiveput {
     /// The real job, scored one interval behind (its decision for an
     /// interval is known once the next request says what ran).
     real: Shadow,
-    /// The interval last observed and the layout that ran into it, waiting
-    /// for the decision that followed it to be scored.
-    pending: Option<(IntervalStats, Option<ParallelConfig>, u32)>,
-    /// The reactive shadow's score as of the real job's last scored interval.
-    reactive_then: f64,
+    /// The interval last observed, waiting for the decision that followed it
+    /// (the next request's `current`) to be scored.
+    pending: Option<PendingInterval>,
+    /// Exponentially weighted sum of (real job - reactive shadow) over the
+    /// intervals both could be scored on: how far the real job trails.
+    real_gap: f64,
+}
+
+/// An observed interval whose real-job score waits for the next request.
+#[derive(Debug, Clone, Copy)]
+struct PendingInterval {
+    stats: IntervalStats,
+    /// The layout that ran into it.
+    from: Option<ParallelConfig>,
+    /// Instances alive before it.
+    before: u32,
+    /// What the reactive shadow earned in it (`None`: not scorable).
+    reactive: Option<f64>,
 }
 
 impl GuardedLiveput {
@@ -179,57 +192,80 @@ impl GuardedLiveput {
         let keep = 1.0 - 1.0 / self.settings.window_intervals.max(1.0);
         let interval_ms = request.interval_ms as f64;
         let recovery = request.recovery;
-        // The real job's last interval: from the layout that ran into it to
-        // the one that ran after it (`current` now).
-        if let Some((stats, from, before_then)) = self.pending.take() {
-            let value = liveput(
+        let score = |from, before: u32, stats: IntervalStats, to, carried_ms| {
+            liveput(
                 &request.profile,
                 &recovery,
                 from,
-                before_then,
-                stats.preemptions.min(before_then),
-                stats.arrivals,
-                request.current,
-                interval_ms,
-                self.real.carried_ms,
-            )
-            .map_err(|e| format!("scoring the real job: {e}"))?;
-            self.real = Shadow {
-                layout: request.current,
-                carried_ms: value.expected_leftover_ms,
-                score: keep * self.real.score + value.expected_samples,
-            };
-        }
-        self.reactive_then = self.shadows[Candidate::Reactive as usize].score;
-        self.pending = Some((observed, request.current, before));
-        for candidate in [Candidate::Planner, Candidate::Reactive] {
-            let shadow = self.shadows[candidate as usize];
-            let mut own = request.clone();
-            own.current = shadow.layout;
-            let decision = self.plan_with(candidate, &own)?.steps.first().and_then(|s| s.config);
-            let value = liveput(
-                &request.profile,
-                &recovery,
-                shadow.layout,
                 before,
-                observed.preemptions.min(before),
-                observed.arrivals,
-                decision,
+                stats.preemptions.min(before),
+                stats.arrivals,
+                to,
                 interval_ms,
-                shadow.carried_ms,
+                carried_ms,
             )
-            .map_err(|e| format!("scoring the {candidate:?} shadow: {e}"))?;
-            self.shadows[candidate as usize] = Shadow {
-                layout: decision,
-                carried_ms: value.expected_leftover_ms,
-                score: keep * shadow.score + value.expected_samples,
-            };
+        };
+        // Each candidate decides from its own layout; both are scored on the
+        // interval just observed. Counts the cost model cannot take (a host
+        // whose counts disagree with its layouts, e.g. a layout still running
+        // on an instance under notice) leave the interval out of both scores
+        // rather than fail the call: this is bookkeeping about the past.
+        let mut decided = [None; 2];
+        for candidate in [Candidate::Planner, Candidate::Reactive] {
+            let mut own = request.clone();
+            own.current = self.shadows[candidate as usize].layout;
+            decided[candidate as usize] =
+                self.plan_with(candidate, &own)?.steps.first().and_then(|s| s.config);
         }
+        let values: Vec<_> = [Candidate::Planner, Candidate::Reactive]
+            .iter()
+            .map(|&c| {
+                let shadow = self.shadows[c as usize];
+                score(shadow.layout, before, observed, decided[c as usize], shadow.carried_ms).ok()
+            })
+            .collect();
+        let scorable = values.iter().all(Option::is_some);
+        for (i, value) in values.iter().enumerate() {
+            let shadow = &mut self.shadows[i];
+            shadow.layout = decided[i];
+            shadow.score *= keep;
+            match value.filter(|_| scorable) {
+                Some(value) => {
+                    shadow.score += value.expected_samples;
+                    shadow.carried_ms = value.expected_leftover_ms;
+                }
+                None => shadow.carried_ms = 0.0,
+            }
+        }
+        // The real job's last interval: from the layout that ran into it to
+        // the one that ran after it (`current` now), against what the
+        // reactive shadow earned in the same interval.
+        if let Some(pending) = self.pending.take() {
+            let real =
+                score(pending.from, pending.before, pending.stats, request.current, self.real.carried_ms);
+            self.real.layout = request.current;
+            self.real.score *= keep;
+            self.real_gap *= keep;
+            match (real, pending.reactive) {
+                (Ok(value), Some(reactive)) => {
+                    self.real.score += value.expected_samples;
+                    self.real.carried_ms = value.expected_leftover_ms;
+                    self.real_gap += value.expected_samples - reactive;
+                }
+                (Ok(value), None) => self.real.carried_ms = value.expected_leftover_ms,
+                (Err(_), _) => self.real.carried_ms = 0.0,
+            }
+        }
+        self.pending = Some(PendingInterval {
+            stats: observed,
+            from: request.current,
+            before,
+            reactive: values[Candidate::Reactive as usize].filter(|_| scorable).map(|v| v.expected_samples),
+        });
         let (planner, reactive) = (self.shadows[0].score, self.shadows[1].score);
         let margin = self.settings.margin;
-        // The real job against the reactive shadow, both as of the same interval.
-        let behind = self.settings.real_regret
-            && self.reactive_then > self.real.score + margin * self.real.score.abs();
+        // The real job against the reactive shadow, over the same intervals.
+        let behind = self.settings.real_regret && -self.real_gap > margin * self.real.score.abs();
         self.leader = match self.leader {
             Candidate::Planner if behind || reactive > planner + margin * planner.abs() => {
                 Candidate::Reactive
@@ -365,6 +401,7 @@ mod tests {
         let reactive = guard.shadows[Candidate::Reactive as usize].score;
         guard.shadows[Candidate::Planner as usize].score = 2.0 * reactive;
         guard.real.score = 0.5 * reactive;
+        guard.real_gap = -0.5 * reactive;
         next(&mut guard);
         assert_eq!(guard.leader(), Candidate::Reactive, "the real job's regret hands over");
         // The planner's shadow still leads, but the real job has not caught up: stay.
@@ -372,6 +409,7 @@ mod tests {
         assert_eq!(guard.leader(), Candidate::Reactive);
         // Caught up: the planner's lead counts again.
         guard.real.score = 2.0 * guard.shadows[Candidate::Reactive as usize].score;
+        guard.real_gap = guard.shadows[Candidate::Reactive as usize].score;
         guard.shadows[Candidate::Planner as usize].score =
             3.0 * guard.shadows[Candidate::Reactive as usize].score;
         next(&mut guard);
@@ -383,8 +421,31 @@ mod tests {
         let reactive = shadows_only.shadows[Candidate::Reactive as usize].score;
         shadows_only.shadows[Candidate::Planner as usize].score = 2.0 * reactive;
         shadows_only.real.score = 0.5 * reactive;
+        shadows_only.real_gap = -0.5 * reactive;
         next(&mut shadows_only);
         assert_eq!(shadows_only.leader(), Candidate::Planner);
+    }
+
+    #[test]
+    fn counts_that_do_not_fit_the_real_layout_are_left_out_not_a_failure() {
+        // `run` reports an interval whose counts already exclude an instance
+        // under notice while the real job still runs on it: (2,4) needs 8,
+        // the interval leaves 7. Scoring history must not fail the call.
+        let settings = GuardSettings { window_intervals: f64::INFINITY, ..GuardSettings::default() };
+        let mut guard = GuardedLiveput::with_settings(settings);
+        let history = IntervalStats::chain_from(0, &[8; 4]);
+        drive(&mut guard, &history);
+        let next = |guard: &mut GuardedLiveput, observed| {
+            guard.predicted_interval = guard.predicted_interval.map(|n| n + 1);
+            guard.optimize(&request(observed, Some(ParallelConfig::new(2, 4)), 6)).unwrap()
+        };
+        next(&mut guard, IntervalStats { instances: 7, arrivals: 0, preemptions: 1 });
+        let (gap, real) = (guard.real_gap, guard.real().score);
+        assert!(real > 0.0, "the real job was scored while the counts fit");
+        let plan = next(&mut guard, IntervalStats { instances: 7, arrivals: 0, preemptions: 0 });
+        assert!(plan.steps[0].config.is_some_and(|c| c.instances() <= 7), "{plan:?}");
+        assert_eq!(guard.real_gap, gap, "the interval that does not fit is left out of the gap");
+        assert_eq!(guard.real().score, real, "and out of the real job's score");
     }
 
     #[test]
