@@ -186,7 +186,9 @@ pub async fn run_job(
             job.started = progress.step > 0 || job.checkpoint.is_some();
             job.epoch = progress.epoch;
             job.attempts = progress.attempts;
-            job.desired = progress.desired.map(|(d, p)| ParallelConfig::new(d, p));
+            // No layout runs yet: `desired` stays unset so that the first decision once the
+            // new workers are in differs from it and restarts the job from the checkpoint
+            // (restoring the dead host's wish made that decision look like no change).
             recovery.unannounced = progress.unannounced.into_iter().collect();
             recovery.last_periodic_step = from_step;
             history = progress.history;

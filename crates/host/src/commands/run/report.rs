@@ -492,8 +492,11 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
         0.0
     });
     let start_s = s.worker_start_seconds.unwrap_or(0.0);
-    s.checkpoint_restart_estimate_seconds =
-        changes_steps_lost.iter().map(|&lost| start_s + load_s + lost as f64 * step_s).sum();
+    // A fold from +0.0: an empty f64 `sum()` is -0.0, printed "-0.00 s".
+    s.checkpoint_restart_estimate_seconds = changes_steps_lost
+        .iter()
+        .map(|&lost| start_s + load_s + lost as f64 * step_s)
+        .fold(0.0, |a, b| a + b);
     s
 }
 
