@@ -109,8 +109,8 @@ impl Driver {
             }
             WorkerCommand::Shutdown => {
                 // Let background writes finish: a clean stop loses no checkpoint.
-                for write in std::mem::take(&mut self.writes) {
-                    if let Ok(Err(e)) = write.thread.join() {
+                for write in std::mem::take(&mut self.writes).into_iter().map(PendingWrite::join) {
+                    if let Err(e) = write.result {
                         warn!(step = write.step, %e, "background checkpoint write failed");
                     }
                 }
