@@ -22,6 +22,9 @@ pub enum RowKind {
     Peer,
     /// A real run of `parcae-host run` (its event log carries this record).
     Run,
+    /// The simulator's prediction of a real run: its realized fleet and layouts replayed
+    /// (the event log carries it beside the `run` record).
+    Simulated,
 }
 
 /// How a policy behaved in the sandbox.
@@ -133,6 +136,75 @@ pub struct BenchRecord {
     pub artifact_does_not_fit: Option<usize>,
     /// Intervals the record has no decision for.
     pub artifact_missing_intervals: Option<usize>,
+}
+
+/// Who and what a record describes: the fields that are not figures.
+#[derive(Debug, Clone)]
+pub struct RowLabel {
+    /// Display name of the trace.
+    pub trace: String,
+    /// The trace file as given.
+    pub trace_path: String,
+    /// Model of the profile.
+    pub model: String,
+    /// Decision maker.
+    pub policy: String,
+    /// What produced the record.
+    pub kind: RowKind,
+    /// The policy argument as given (policies only).
+    pub policy_spec: Option<String>,
+    /// Length of one interval, ms.
+    pub interval_ms: u64,
+    /// Plan horizon H, intervals.
+    pub horizon: u32,
+}
+
+impl BenchRecord {
+    /// The record of simulated `totals`, with no percentages, policy health or artifact
+    /// counts (callers that have them set them), so every producer of simulated records
+    /// fills the shared figures the same way.
+    pub fn from_totals(label: RowLabel, t: &parcae_sim::Totals) -> Self {
+        BenchRecord {
+            trace: label.trace,
+            trace_path: label.trace_path,
+            model: label.model,
+            policy: label.policy,
+            kind: label.kind,
+            policy_spec: label.policy_spec,
+            interval_ms: label.interval_ms,
+            horizon: label.horizon,
+            intervals: t.intervals,
+            hours: t.hours,
+            samples: t.samples,
+            lost_samples: t.lost_samples,
+            samples_per_hour: t.samples_per_hour,
+            pct_of_ideal: None,
+            pct_of_oracle: None,
+            migrations_intra_stage: t.migrations.intra_stage,
+            migrations_inter_stage: t.migrations.inter_stage,
+            migrations_repartition: t.migrations.repartition,
+            migrations_restart: t.migrations.restart,
+            migrations_total: t.migrations.total,
+            cold_starts: t.cold_starts,
+            config_changes: t.config_changes,
+            paused_intervals: t.paused_intervals,
+            migration_hours: t.migration_hours,
+            instance_hours: t.instance_hours,
+            usd_spot: t.usd_spot,
+            usd_on_demand: t.usd_on_demand,
+            usd_per_million_samples_spot: t.usd_per_million_samples_spot,
+            usd_per_million_samples_on_demand: t.usd_per_million_samples_on_demand,
+            policy_expected_samples: None,
+            predictor_guest_answers: None,
+            predictor_fallbacks: None,
+            optimizer_guest_answers: None,
+            optimizer_fallbacks: None,
+            policy_faults: None,
+            artifact_not_profiled: None,
+            artifact_does_not_fit: None,
+            artifact_missing_intervals: None,
+        }
+    }
 }
 
 fn create(path: &Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {

@@ -395,6 +395,7 @@ impl TransitionDistribution {
         for o in &self.outcomes {
             e.mean_duration_ms += o.probability * o.duration_ms;
             e.p_by_kind[o.kind.index()] += o.probability;
+            e.ms_by_kind[o.kind.index()] += o.probability * o.duration_ms;
             if o.lost_work {
                 e.p_lost_work += o.probability;
             }
@@ -413,6 +414,10 @@ pub struct Expected {
     pub p_restart: f64,
     /// Probability of each kind, indexed by [`MigrationKind::index`]; sums to 1.
     pub p_by_kind: [f64; 5],
+    /// Expected migration time contributed by each kind, ms (probability times duration,
+    /// summed over that kind's outcomes), indexed like `p_by_kind`; sums to
+    /// `mean_duration_ms`. A run's time migrating per kind is compared with it.
+    pub ms_by_kind: [f64; 5],
     /// Expected training-state bytes moved.
     pub mean_bytes: f64,
     /// Probability that the work since the last checkpoint is lost (a restart

@@ -41,6 +41,7 @@ pub fn ideal(
                 carried_in_ms: 0.0,
                 leftover_ms: 0.0,
                 kinds: KindProbabilities { none: 1.0, ..KindProbabilities::default() },
+                transition_ms_by_kind: [0.0; 5],
                 p_restart: 0.0,
                 p_lost_work: 0.0,
             }

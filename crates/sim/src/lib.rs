@@ -159,6 +159,9 @@ pub struct IntervalRecord {
     pub leftover_ms: f64,
     /// Probability of each kind of reconfiguration at the start of the interval.
     pub kinds: KindProbabilities,
+    /// Expected duration of this interval's reconfiguration by kind, ms (not capped), indexed
+    /// by [`MigrationKind::index`]: sums to `transition_ms`.
+    pub transition_ms_by_kind: [f64; 5],
     /// Probability of a restart from checkpoint (cold starts included).
     pub p_restart: f64,
     /// Probability that the work since the last checkpoint was lost.
@@ -476,6 +479,7 @@ impl<'a> Simulator<'a> {
             carried_in_ms: self.carried_ms,
             leftover_ms: value.expected_leftover_ms,
             kinds: KindProbabilities::from_array(expected.p_by_kind),
+            transition_ms_by_kind: expected.ms_by_kind,
             p_restart: expected.p_restart,
             p_lost_work: expected.p_lost_work,
         };

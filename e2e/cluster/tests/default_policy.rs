@@ -4,6 +4,9 @@
 //! an interval's counts without the instances under notice while the job still runs on
 //! them; the guard once took that for an impossible transition and failed ten optimize
 //! calls of the demo run.
+//!
+//! The same run predicts itself: its summary carries the simulator's replay of the
+//! run's fleet (a `simulated` record beside the `run` one, and the figures compared).
 
 use std::process::Command;
 
@@ -37,5 +40,25 @@ fn the_default_policy_answers_every_call_of_a_run_with_notices() {
     assert_eq!(health["policy_faults"], 0, "the default policy faulted: {health}");
     assert_eq!(health["optimizer_fallbacks"], 0, "{health}");
     assert!(health["optimizer_guest_answers"].as_u64().is_some_and(|n| n >= 10), "{health}");
+    // The run's prediction of itself, in the shape of `bench --json`.
+    let simulated = &summary["simulated"];
+    assert_eq!(simulated["kind"], "simulated", "{summary}");
+    assert_eq!(health["kind"], "run", "{summary}");
+    assert_eq!(simulated["intervals"], health["intervals"], "{simulated}");
+    assert!(simulated["samples"].as_f64().is_some_and(|s| s > 0.0), "{simulated}");
+    let fidelity = &summary["fidelity"];
+    assert_eq!(fidelity["interval_ms"], 3000, "simulated at the run's wall-clock interval: {fidelity}");
+    let metrics: Vec<&str> =
+        fidelity["comparisons"].as_array().unwrap().iter().map(|c| c["metric"].as_str().unwrap()).collect();
+    for wanted in ["samples (net of rollbacks)", "time migrating", "work rolled back", "time paused"] {
+        assert!(metrics.contains(&wanted), "{wanted} missing: {metrics:?}");
+    }
+    let measured_samples = fidelity["comparisons"][0]["measured"].as_f64().unwrap();
+    let rolled_back = summary["rolled_back_samples_unannounced"].as_f64().unwrap()
+        + summary["rolled_back_samples_notice_too_short"].as_f64().unwrap();
+    assert_eq!(measured_samples, summary["samples"].as_f64().unwrap() - rolled_back, "{fidelity}");
+    assert!(fidelity["layout_agreement"].as_f64().is_some_and(|a| (0.0..=1.0).contains(&a)), "{fidelity}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("simulated vs measured"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }

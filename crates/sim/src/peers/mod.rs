@@ -329,6 +329,7 @@ fn record(
         carried_in_ms,
         leftover_ms: (busy_ms - interval_ms).max(0.0),
         kinds: KindProbabilities::from_array(p),
+        transition_ms_by_kind: p.map(|q| q * transition_ms),
         p_restart: restart,
         p_lost_work: if lost_samples > 0.0 { 1.0 } else { 0.0 },
     }

@@ -151,6 +151,7 @@ pub fn oobleck(
             carried_in_ms: carried_in,
             leftover_ms: 0.0,
             kinds: KindProbabilities::default(),
+            transition_ms_by_kind: [0.0; 5],
             p_restart: 0.0,
             p_lost_work: 0.0,
         };
@@ -161,6 +162,7 @@ pub fn oobleck(
             rec.lost_samples += prob * lost;
             rec.migration_ms += prob * busy.clamp(0.0, t);
             rec.transition_ms += prob * cost;
+            rec.transition_ms_by_kind[kind.index()] += prob * cost;
             rec.leftover_ms += prob * (busy - t).max(0.0);
             p[kind.index()] += prob;
             if lost > 0.0 {

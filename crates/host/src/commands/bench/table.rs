@@ -5,7 +5,7 @@ use comfy_table::{CellAlignment, Table, presets};
 use parcae_sim::Peer;
 
 use super::score::{BenchSettings, TraceBench};
-use crate::record::BenchRecord;
+use crate::record::{BenchRecord, RowLabel};
 
 fn percent(part: f64, whole: Option<f64>) -> Option<f64> {
     whole.filter(|w| *w > 0.0).map(|w| 100.0 * part / w)
@@ -18,7 +18,7 @@ pub fn records(bench: &TraceBench, model: &str, settings: &BenchSettings) -> Vec
         .iter()
         .map(|row| {
             let t = &row.result.totals;
-            BenchRecord {
+            let label = RowLabel {
                 trace: bench.name.clone(),
                 trace_path: bench.path.display().to_string(),
                 model: model.to_string(),
@@ -27,27 +27,10 @@ pub fn records(bench: &TraceBench, model: &str, settings: &BenchSettings) -> Vec
                 policy_spec: row.spec.clone(),
                 interval_ms: settings.interval_ms,
                 horizon: settings.horizon,
-                intervals: t.intervals,
-                hours: t.hours,
-                samples: t.samples,
-                lost_samples: t.lost_samples,
-                samples_per_hour: t.samples_per_hour,
+            };
+            BenchRecord {
                 pct_of_ideal: percent(t.samples, Some(bench.ideal_samples)),
                 pct_of_oracle: percent(t.samples, bench.oracle_samples),
-                migrations_intra_stage: t.migrations.intra_stage,
-                migrations_inter_stage: t.migrations.inter_stage,
-                migrations_repartition: t.migrations.repartition,
-                migrations_restart: t.migrations.restart,
-                migrations_total: t.migrations.total,
-                cold_starts: t.cold_starts,
-                config_changes: t.config_changes,
-                paused_intervals: t.paused_intervals,
-                migration_hours: t.migration_hours,
-                instance_hours: t.instance_hours,
-                usd_spot: t.usd_spot,
-                usd_on_demand: t.usd_on_demand,
-                usd_per_million_samples_spot: t.usd_per_million_samples_spot,
-                usd_per_million_samples_on_demand: t.usd_per_million_samples_on_demand,
                 policy_expected_samples: row.policy_expected_samples,
                 predictor_guest_answers: row.health.as_ref().map(|h| h.predictor_guest_answers),
                 predictor_fallbacks: row.health.as_ref().map(|h| h.predictor_fallbacks),
@@ -57,6 +40,7 @@ pub fn records(bench: &TraceBench, model: &str, settings: &BenchSettings) -> Vec
                 artifact_not_profiled: row.artifact.as_ref().map(|a| a.not_profiled),
                 artifact_does_not_fit: row.artifact.as_ref().map(|a| a.does_not_fit),
                 artifact_missing_intervals: row.artifact.as_ref().map(|a| a.missing_intervals),
+                ..BenchRecord::from_totals(label, t)
             }
         })
         .collect()

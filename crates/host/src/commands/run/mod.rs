@@ -9,6 +9,7 @@
 mod checkpoints;
 mod cloud;
 mod durable;
+mod fidelity;
 mod fleet;
 mod metrics;
 mod orchestrator;
@@ -31,6 +32,7 @@ use parcae_net::{
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+pub use fidelity::{Comparison, Fidelity};
 pub use report::{RunEvent, Summary};
 pub use timeline::{FleetEvent, TimeScale, TimedEvent, resume_at, timeline};
 
@@ -135,6 +137,10 @@ pub struct RunArgs {
     /// flags are ignored except --worker-bin and --checkpoint-endpoint.
     #[arg(long, value_name = "RUN_DIR|URL")]
     pub resume: Option<String>,
+    /// Layouts per interval given instead of asked of the policy (set by `parcae-host
+    /// profile`, which runs every layout of the deployment in turn; not a flag).
+    #[arg(skip)]
+    pub script: Option<Vec<Option<parcae_policy_core::ParallelConfig>>>,
 }
 
 /// `parcae-host run`'s arguments alone, to parse a recorded command line.
@@ -361,6 +367,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         } else {
             AssignmentStrategy::KuhnMunkres
         },
+        script: args.script.clone(),
     };
     let events = if args.remote {
         // No trace-driven processes: wait for joiners, then train on whoever is there.
@@ -427,6 +434,8 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
     endpoint.close();
     if outcome.is_err() {
         log.finish(0, None, None);
+    } else if !log.history().is_empty() && args.script.is_none() {
+        predict_run(args, &settings, &runtime, prices, &mut log);
     }
 
     let json = args.json.clone().unwrap_or_else(|| run_dir.join("events.json"));
@@ -451,6 +460,32 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         server.abort();
     }
     outcome
+}
+
+/// Adds the simulator's prediction of the finished run to its summary (see
+/// `fidelity.rs`); a prediction that cannot be made is logged, the run's results stand.
+fn predict_run(
+    args: &RunArgs,
+    settings: &RunSettings,
+    runtime: &parcae_runtime::PolicyRuntime,
+    prices: parcae_sim::Prices,
+    log: &mut RunLog,
+) {
+    let control = settings.control();
+    let inputs =
+        fidelity::Inputs { history: log.history(), profile: &settings.profile, control: &control, prices };
+    let predicted =
+        args.policies.guarded(runtime).map_err(|e| format!("loading the policy again: {e:#}")).and_then(
+            |mut policy| fidelity::predict(&inputs, log.events(), &mut policy).map_err(|e| e.to_string()),
+        );
+    match predicted {
+        Ok((fidelity, result)) => {
+            let Some(context) = log.context() else { return };
+            let simulated = fidelity::simulated_record(context, &control, &result.totals);
+            log.set_fidelity(fidelity, simulated);
+        }
+        Err(error) => warn!(%error, "the run could not be simulated; its summary has no prediction"),
+    }
 }
 
 /// Accepts connections: workers with a cluster certificate open their control

@@ -67,6 +67,30 @@ pub struct RunSettings {
     /// How long a worker may take to answer one command before it counts as lost.
     pub command_timeout: Duration,
     pub strategy: AssignmentStrategy,
+    /// Layouts given per interval instead of asked of the policy (deployment profiling:
+    /// `parcae-host profile` runs every layout in turn); an interval past its end, or
+    /// whose layout does not fit the workers there, pauses.
+    pub script: Option<Vec<Option<ParallelConfig>>>,
+}
+
+impl RunSettings {
+    /// What the policy is told each interval. The profile's times are wall-clock times of
+    /// this deployment, so the interval and the notice are the wall-clock time the job
+    /// really has (4 s of a replayed minute, not the minute): told the trace's minute, the
+    /// policy priced every migration at a fifteenth of what it costs the run. The
+    /// checkpoint write rate is the embedded cost constants'.
+    pub fn control(&self) -> ControlSettings {
+        let notice_ms = self.grace.as_secs_f64() * 1000.0;
+        let recovery = crate::embedded::constants_or_embedded(None)
+            .and_then(|c| c.recovery(notice_ms))
+            .unwrap_or(parcae_policy_core::Recovery::UNANNOUNCED);
+        ControlSettings {
+            interval_ms: self.scale.wall_interval_ms(),
+            horizon: self.horizon,
+            fleet_max: self.fleet_max,
+            recovery,
+        }
+    }
 }
 
 /// Why the loop stopped early.
@@ -440,6 +464,7 @@ pub async fn run_job(
             warn!(%error, "final checkpoint failed");
         }
     }
+    log.set_history(history.clone());
     let progress = Progress {
         clock_ms: clock().as_millis() as u64,
         next_interval,
@@ -501,20 +526,12 @@ fn decide(
         // No interval observed yet: nothing to plan for, so pause.
         return Decision { config: None, source: "-" };
     };
-    // The replayed cloud's notice (the grace period), in trace time, with the
-    // checkpoint write rate of the embedded cost constants.
-    let scale = settings.scale;
-    let notice_ms =
-        settings.grace.as_secs_f64() / scale.wall_interval.as_secs_f64() * scale.trace_interval_ms as f64;
-    let recovery = crate::embedded::constants_or_embedded(None)
-        .and_then(|c| c.recovery(notice_ms))
-        .unwrap_or(parcae_policy_core::Recovery::UNANNOUNCED);
-    let control = ControlSettings {
-        interval_ms: scale.trace_interval_ms,
-        horizon: settings.horizon,
-        fleet_max: settings.fleet_max,
-        recovery,
-    };
+    if let Some(script) = &settings.script {
+        let config =
+            script.get(past.len()).copied().flatten().filter(|c| c.instances() <= u64::from(now.instances));
+        return Decision { config, source: "script" };
+    }
+    let control = settings.control();
     let current = current.map(|l| ParallelConfig::new(l.data_parallel as u32, l.pipeline_stages as u32));
     let step = control::decide(policy, &control, &settings.profile, past, *now, current);
     Decision { config: step.config, source: step.optimizer }

@@ -201,6 +201,12 @@ pub struct Summary {
     /// The run as a `parcae-host bench --json` record, in trace time, so a
     /// real run and its simulation line up field by field.
     pub bench: Option<BenchRecord>,
+    /// The simulator's prediction of this run (kind `simulated`), in the same units as
+    /// `bench`: the run's fleet and layouts replayed at its wall-clock interval.
+    pub simulated: Option<BenchRecord>,
+    /// Measured against simulated, figure by figure, and how often the policy replayed
+    /// on the run's fleet chose the run's layout.
+    pub fidelity: Option<super::fidelity::Fidelity>,
 }
 
 /// What the run was, for the bench-shaped record.
@@ -231,6 +237,8 @@ pub struct RunLog {
     /// The run's clock at `start`.
     offset: std::time::Duration,
     events: Vec<Timed>,
+    /// The fleet per interval as the policy last saw it (for the run's simulation).
+    history: Vec<parcae_policy_core::IntervalStats>,
     bar: Option<ProgressBar>,
     summary: Summary,
 }
@@ -250,6 +258,7 @@ impl RunLog {
             started: std::time::SystemTime::now(),
             offset: std::time::Duration::ZERO,
             events: Vec::new(),
+            history: Vec::new(),
             bar: None,
             summary: Summary::default(),
         }
@@ -302,6 +311,27 @@ impl RunLog {
     /// The events so far, the dead host's first on a resumed run.
     pub fn events(&self) -> &[Timed] {
         &self.events
+    }
+
+    /// The fleet per interval as the policy last saw it, once the job is over.
+    pub fn set_history(&mut self, history: Vec<parcae_policy_core::IntervalStats>) {
+        self.history = history;
+    }
+
+    /// The fleet per interval as the policy last saw it ([`RunLog::set_history`]).
+    pub fn history(&self) -> &[parcae_policy_core::IntervalStats] {
+        &self.history
+    }
+
+    /// The run's context (trace, model, scale), if given.
+    pub fn context(&self) -> Option<&RunContext> {
+        self.context.as_ref()
+    }
+
+    /// Adds the simulator's prediction of the run to the summary.
+    pub fn set_fidelity(&mut self, fidelity: super::fidelity::Fidelity, simulated: BenchRecord) {
+        self.summary.fidelity = Some(fidelity);
+        self.summary.simulated = Some(simulated);
     }
 
     /// Takes over the events a dead host recorded (`run --resume`).
@@ -636,6 +666,9 @@ impl std::fmt::Display for Summary {
                 "  resumed {} time(s) after the host died, losing {} committed steps",
                 self.resumes, self.steps_lost_to_host_failures
             )?;
+        }
+        if let Some(fidelity) = &self.fidelity {
+            writeln!(f, "{fidelity}")?;
         }
         if let Some(location) = &self.last_checkpoint {
             write!(f, "  last checkpoint: {location}")?;

@@ -37,6 +37,12 @@ impl TimeScale {
         Duration::from_secs_f64(trace_ms as f64 / 1000.0 * ratio)
     }
 
+    /// Wall-clock length of one control interval in whole milliseconds (at least 1): the
+    /// interval the policy plans and the simulator scores a run with.
+    pub fn wall_interval_ms(&self) -> u64 {
+        (self.wall_interval.as_secs_f64() * 1000.0).round().max(1.0) as u64
+    }
+
     /// Wall-clock length of a trace duration (grace periods).
     pub fn wall_len(&self, trace: Duration) -> Duration {
         self.wall(trace.as_millis() as u64)

@@ -1,0 +1,429 @@
+//! Every run predicts itself: after the job, the simulator replays the fleet the run
+//! actually had (its per-interval history: the instances it had and when, at the
+//! wall-clock interval the job had) with the run's profile and the layouts the run
+//! chose, and the policy decides once more on that history as `bench` would. The
+//! summary and `events.json` then show measured against simulated, so every number
+//! `bench`, `replay` and `provision` print comes with a check of the model behind it.
+
+use parcae_cluster::MigrationKind;
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
+use parcae_runtime::GuardedPolicy;
+use parcae_sim::{MigrationMode, Prices, SimResult, Totals, simulate_under};
+use serde::Serialize;
+
+use super::report::{RunContext, RunEvent, Timed};
+use crate::control::{self, ControlSettings};
+use crate::record::{BenchRecord, RowKind, RowLabel};
+
+/// One figure of the run, measured and simulated.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    /// What is compared.
+    pub metric: String,
+    /// Its unit.
+    pub unit: &'static str,
+    /// What the run measured.
+    pub measured: f64,
+    /// What the simulator predicts for the same fleet and layouts.
+    pub simulated: f64,
+    /// `(simulated - measured) / measured`; `None` when nothing was measured.
+    pub relative_error: Option<f64>,
+}
+
+impl Comparison {
+    fn new(metric: impl Into<String>, unit: &'static str, measured: f64, simulated: f64) -> Self {
+        let relative_error = (measured.abs() > 1e-9).then(|| (simulated - measured) / measured);
+        Comparison { metric: metric.into(), unit, measured, simulated, relative_error }
+    }
+}
+
+/// An interval where the run's layout and the replayed policy's differ.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Disagreement {
+    /// The interval.
+    pub interval: usize,
+    /// The run's layout (D, P); `None`: paused.
+    pub run: Option<(u32, u32)>,
+    /// The layout the policy chose when replayed on the run's history.
+    pub replayed: Option<(u32, u32)>,
+}
+
+/// How well the simulator predicted the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fidelity {
+    /// The interval simulated, ms of wall-clock time (the run's replayed interval).
+    pub interval_ms: u64,
+    /// Intervals compared.
+    pub intervals: usize,
+    /// Measured against simulated, figure by figure.
+    pub comparisons: Vec<Comparison>,
+    /// Intervals in which the policy, replayed on the run's history, chose the run's layout.
+    pub layouts_agree: usize,
+    /// `layouts_agree / intervals`.
+    pub layout_agreement: f64,
+    /// The intervals where they differ (at most 20, the first ones).
+    pub disagreements: Vec<Disagreement>,
+    /// The replayed fleet was not exactly the history the run recorded: intervals whose
+    /// counts were made consistent (an arrival or preemption the run did not count).
+    pub adjusted_intervals: usize,
+}
+
+/// What [`predict`] needs besides the events.
+pub struct Inputs<'a> {
+    /// The run's history: one entry per interval as its policy last saw it.
+    pub history: &'a [IntervalStats],
+    /// The run's profile.
+    pub profile: &'a ModelProfile,
+    /// What the run's policy was told (interval, horizon, largest fleet, recovery).
+    pub control: &'a ControlSettings,
+    /// The run's prices.
+    pub prices: Prices,
+}
+
+/// The run's history made consistent for the simulator (`before - preempted + arrived =
+/// instances` in every interval: a worker that died without being counted as preempted,
+/// or a notice that came after the interval's count, leaves a gap), and how many
+/// intervals needed it.
+pub fn consistent_series(history: &[IntervalStats]) -> (Vec<IntervalStats>, usize) {
+    let mut before = 0u32;
+    let mut adjusted = 0;
+    let series = history
+        .iter()
+        .map(|s| {
+            let arrivals = s.arrivals.max(s.instances.saturating_sub(before));
+            let preemptions = (u64::from(before) + u64::from(arrivals) - u64::from(s.instances)) as u32;
+            if (arrivals, preemptions) != (s.arrivals, s.preemptions) {
+                adjusted += 1;
+            }
+            before = s.instances;
+            IntervalStats { instances: s.instances, arrivals, preemptions }
+        })
+        .collect();
+    (series, adjusted)
+}
+
+/// The layout the run settled on in each interval: its last decision there (a re-plan
+/// after a fleet change replaces the boundary's decision); an interval without one keeps
+/// the layout before it.
+pub fn run_layouts(events: &[Timed], intervals: usize) -> Vec<Option<ParallelConfig>> {
+    let mut decided: Vec<Option<Option<ParallelConfig>>> = vec![None; intervals];
+    for e in events {
+        if let RunEvent::Decision { interval, config, .. } = &e.event
+            && let Some(slot) = decided.get_mut(*interval)
+        {
+            *slot = Some(config.map(|(d, p)| ParallelConfig::new(d, p)));
+        }
+    }
+    let mut current = None;
+    decided
+        .into_iter()
+        .map(|d| {
+            if let Some(config) = d {
+                current = config;
+            }
+            current
+        })
+        .collect()
+}
+
+/// What the run measured, from its events.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Measured {
+    samples_trained: f64,
+    samples_rolled_back: f64,
+    step_seconds: f64,
+    migration_seconds_by_kind: [f64; 5],
+    reconfigurations: f64,
+    paused_seconds: f64,
+}
+
+fn measure(events: &[Timed]) -> Measured {
+    let mut m = Measured::default();
+    // Paused from the start until the first layout runs, and after every pause.
+    let mut paused_since = Some(0.0);
+    for e in events {
+        match &e.event {
+            RunEvent::Step { samples, millis, .. } => {
+                m.samples_trained += *samples as f64;
+                m.step_seconds += millis / 1000.0;
+            }
+            RunEvent::RolledBack { samples, .. } => m.samples_rolled_back += *samples as f64,
+            RunEvent::Reconfigured { kind, millis, parked, .. } => {
+                m.migration_seconds_by_kind[kind.index()] += millis / 1000.0;
+                if *kind != MigrationKind::None {
+                    m.reconfigurations += 1.0;
+                }
+                if !parked && let Some(since) = paused_since.take() {
+                    m.paused_seconds += (e.t_s - millis / 1000.0 - since).max(0.0);
+                }
+            }
+            RunEvent::Paused { .. } => {
+                paused_since.get_or_insert(e.t_s);
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+/// Simulates the run (see the module docs) and compares. `policy` is a fresh instance
+/// of the run's policy, for the replayed decisions. Errors when the simulator refuses
+/// the run's layouts (a layout the profile does not list).
+pub fn predict(
+    inputs: &Inputs<'_>,
+    events: &[Timed],
+    policy: &mut GuardedPolicy,
+) -> Result<(Fidelity, SimResult), parcae_sim::SimError> {
+    let (series, adjusted_intervals) = consistent_series(inputs.history);
+    let layouts: Vec<Option<ParallelConfig>> = run_layouts(events, series.len())
+        .into_iter()
+        .zip(&series)
+        // A decision made on a count the history later lowered (a loss counted after it)
+        // cannot have run whole: the simulator scores it as a pause, as the run stalled.
+        .map(|(c, s)| c.filter(|c| c.instances() <= u64::from(s.instances)))
+        .collect();
+    let control = inputs.control;
+    let result = simulate_under(
+        inputs.profile,
+        &series,
+        control.interval_ms,
+        &layouts,
+        inputs.prices,
+        MigrationMode::Live,
+        control.recovery,
+    )?;
+    let replayed = control::replay(&series, inputs.profile, policy, control, |_| {});
+    let mut disagreements = Vec::new();
+    let mut layouts_agree = 0;
+    for (k, (run, again)) in layouts.iter().zip(&replayed).enumerate() {
+        if *run == again.config {
+            layouts_agree += 1;
+        } else if disagreements.len() < 20 {
+            let pair = |c: &Option<ParallelConfig>| c.map(|c| (c.data_parallel, c.pipeline_stages));
+            disagreements.push(Disagreement { interval: k, run: pair(run), replayed: pair(&again.config) });
+        }
+    }
+    let m = measure(events);
+    let interval_s = control.interval_ms as f64 / 1000.0;
+    let mut sim_by_kind = [0.0; 5];
+    let (mut sim_training_s, mut sim_trained) = (0.0, 0.0);
+    for r in &result.intervals {
+        for (k, ms) in r.transition_ms_by_kind.iter().enumerate() {
+            sim_by_kind[k] += ms / 1000.0;
+        }
+        if r.config.is_some() {
+            sim_training_s += (interval_s - r.migration_ms / 1000.0).max(0.0);
+            sim_trained += r.samples + r.lost_samples;
+        }
+    }
+    let t = &result.totals;
+    let mut comparisons = vec![
+        Comparison::new(
+            "samples (net of rollbacks)",
+            "samples",
+            m.samples_trained - m.samples_rolled_back,
+            t.samples,
+        ),
+        Comparison::new(
+            "throughput while training",
+            "samples/s",
+            ratio(m.samples_trained, m.step_seconds),
+            ratio(sim_trained, sim_training_s),
+        ),
+        Comparison::new(
+            "time migrating",
+            "s",
+            m.migration_seconds_by_kind.iter().sum(),
+            sim_by_kind.iter().sum(),
+        ),
+    ];
+    for kind in MigrationKind::ALL.into_iter().filter(|k| *k != MigrationKind::None) {
+        let i = kind.index();
+        comparisons.push(Comparison::new(
+            format!("  of which {}", kind.as_str()),
+            "s",
+            m.migration_seconds_by_kind[i],
+            sim_by_kind[i],
+        ));
+    }
+    comparisons.extend([
+        Comparison::new("reconfigurations", "count", m.reconfigurations, t.migrations.total),
+        Comparison::new("work rolled back", "samples", m.samples_rolled_back, t.lost_samples),
+        Comparison::new("time paused", "s", m.paused_seconds, t.paused_intervals as f64 * interval_s),
+    ]);
+    let intervals = series.len();
+    let fidelity = Fidelity {
+        interval_ms: control.interval_ms,
+        intervals,
+        comparisons,
+        layouts_agree,
+        layout_agreement: if intervals > 0 { layouts_agree as f64 / intervals as f64 } else { 1.0 },
+        disagreements,
+        adjusted_intervals,
+    };
+    Ok((fidelity, result))
+}
+
+/// The simulated run as a `bench --json` record (kind `simulated`) in the units of the
+/// run's own record: hours of trace time (the simulation ran at the wall-clock interval,
+/// which the replay stretches by the time scale).
+pub fn simulated_record(context: &RunContext, control: &ControlSettings, totals: &Totals) -> BenchRecord {
+    let scale = context.time_scale;
+    let mut t = totals.clone();
+    t.hours *= scale;
+    t.samples_per_hour = if t.hours > 0.0 { t.samples / t.hours } else { 0.0 };
+    t.migration_hours *= scale;
+    t.instance_hours *= scale;
+    t.usd_spot *= scale;
+    t.usd_on_demand *= scale;
+    let per_million = |usd: f64| (t.samples > 0.0).then(|| usd / t.samples * 1e6);
+    t.usd_per_million_samples_spot = per_million(t.usd_spot);
+    t.usd_per_million_samples_on_demand = per_million(t.usd_on_demand);
+    let label = RowLabel {
+        trace: context.trace.clone(),
+        trace_path: context.trace_path.clone(),
+        model: context.model.clone(),
+        policy: context.policy.clone(),
+        kind: RowKind::Simulated,
+        policy_spec: Some(context.policy.clone()),
+        interval_ms: context.interval_ms,
+        horizon: control.horizon,
+    };
+    BenchRecord::from_totals(label, &t)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+impl std::fmt::Display for Fidelity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "  simulated vs measured (the simulator replaying this run's fleet, {} intervals of {:.1} s):",
+            self.intervals,
+            self.interval_ms as f64 / 1000.0
+        )?;
+        writeln!(f, "    {:<28} {:>12} {:>12} {:>8}", "", "measured", "simulated", "error")?;
+        for c in &self.comparisons {
+            let error = c.relative_error.map_or("-".to_string(), |e| format!("{:+.1}%", e * 100.0));
+            writeln!(
+                f,
+                "    {:<28} {:>12} {:>12} {:>8}  {}",
+                c.metric,
+                format!("{:.2}", c.measured),
+                format!("{:.2}", c.simulated),
+                error,
+                c.unit
+            )?;
+        }
+        write!(
+            f,
+            "    layouts: replayed on this fleet, the policy chose the run's layout in {} of {} intervals ({:.0}%)",
+            self.layouts_agree,
+            self.intervals,
+            self.layout_agreement * 100.0
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(instances: u32, arrivals: u32, preemptions: u32) -> IntervalStats {
+        IntervalStats { instances, arrivals, preemptions }
+    }
+
+    #[test]
+    fn consistent_series_fills_in_uncounted_changes() {
+        // 0 -> 4 (4 arrivals); 4 -> 3 with no preemption counted (a death the run saw as a
+        // loss); 3 -> 5 with one arrival counted (a join that came after the count).
+        let history = [stats(4, 4, 0), stats(3, 0, 0), stats(5, 1, 0), stats(5, 1, 1)];
+        let (series, adjusted) = consistent_series(&history);
+        assert_eq!(series, [stats(4, 4, 0), stats(3, 0, 1), stats(5, 2, 0), stats(5, 1, 1)]);
+        assert_eq!(adjusted, 2);
+    }
+
+    fn timed(t_s: f64, event: RunEvent) -> Timed {
+        Timed { t_s, event }
+    }
+
+    #[test]
+    fn measured_figures_come_from_the_events() {
+        let reconfigured = |kind, millis: f64, parked| RunEvent::Reconfigured {
+            epoch: 1,
+            cold_start: false,
+            rolled_back_steps: 0,
+            step: 0,
+            kind,
+            data_parallel: 1,
+            pipeline_stages: 1,
+            bytes_moved: 0,
+            bytes_sent: 0,
+            bytes_from_checkpoint: 0,
+            resent_chunks: 0,
+            millis,
+            parked,
+        };
+        let step = |samples| RunEvent::Step {
+            step: 0,
+            loss: 1.0,
+            samples,
+            millis: 500.0,
+            data_parallel: 1,
+            pipeline_stages: 1,
+        };
+        let events = [
+            timed(3.0, reconfigured(MigrationKind::Restart, 1000.0, false)),
+            timed(3.5, step(32)),
+            timed(4.0, step(32)),
+            timed(5.0, RunEvent::Paused { step: 2, available: 0 }),
+            timed(6.0, reconfigured(MigrationKind::InterStage, 250.0, true)),
+            timed(9.0, reconfigured(MigrationKind::Repartition, 500.0, false)),
+            timed(9.5, step(32)),
+            timed(
+                9.6,
+                RunEvent::RolledBack {
+                    steps: 1,
+                    samples: 32,
+                    cause: parcae_cluster::job::RollbackCause::Unannounced,
+                },
+            ),
+        ];
+        let m = measure(&events);
+        assert_eq!(m.samples_trained, 96.0);
+        assert_eq!(m.samples_rolled_back, 32.0);
+        assert_eq!(m.step_seconds, 1.5);
+        assert_eq!(m.reconfigurations, 3.0);
+        // Paused 0..2 s (the restart began at 2 s) and 5..8.5 s (the parking move does
+        // not end the pause; the repartition began at 8.5 s).
+        assert!((m.paused_seconds - 5.5).abs() < 1e-9, "{m:?}");
+        let i = |k: MigrationKind| m.migration_seconds_by_kind[k.index()];
+        assert_eq!((i(MigrationKind::Restart), i(MigrationKind::InterStage)), (1.0, 0.25));
+    }
+
+    #[test]
+    fn the_last_decision_of_an_interval_is_its_layout() {
+        let decision = |interval, config| RunEvent::Decision {
+            interval,
+            instances: 4,
+            config,
+            source: "guest".into(),
+            replan: false,
+        };
+        let events = [
+            timed(0.0, decision(0, None)),
+            timed(1.0, decision(0, Some((2, 2)))),
+            timed(4.0, decision(2, Some((1, 4)))),
+        ];
+        assert_eq!(
+            run_layouts(&events, 3),
+            [
+                Some(ParallelConfig::new(2, 2)),
+                Some(ParallelConfig::new(2, 2)),
+                Some(ParallelConfig::new(1, 4))
+            ]
+        );
+    }
+}
