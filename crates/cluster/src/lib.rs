@@ -5,6 +5,7 @@ pub mod assignment;
 pub mod job;
 pub mod layout;
 pub mod migration;
+pub mod perf;
 pub mod protocol;
 pub mod recovery;
 

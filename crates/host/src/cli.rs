@@ -8,7 +8,9 @@
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::commands::{bench, bench_migration, policy, provision, replay, run as train, trace};
+use crate::commands::{
+    bench, bench_fidelity, bench_migration, policy, profile, provision, replay, run as train, trace,
+};
 
 /// Parcae: train on spot instances, reconfiguring before preemptions hit.
 ///
@@ -50,6 +52,13 @@ pub enum Command {
     /// Bytes moved by reconfigurations when workers are matched to slots by
     /// Kuhn-Munkres versus in naive order, over a policy's decisions on a trace.
     BenchMigration(bench_migration::MigrationBenchArgs),
+    /// Measure this deployment (real worker processes on loopback, every layout, live
+    /// reconfigurations, a restart) and write the profile and cost constants `run`,
+    /// `bench` and `provision` load.
+    Profile(profile::ProfileArgs),
+    /// How well the simulator predicts real runs here: profile this deployment, run the
+    /// demo and calm traces with it, table each run's measured against simulated figures.
+    BenchFidelity(bench_fidelity::FidelityArgs),
     /// Train for real: start (or accept) workers, replay a trace's preemptions
     /// and allocations against them, and migrate live state as the policy plans.
     Run(Box<train::RunArgs>),
@@ -107,6 +116,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args),
         Command::Provision(args) => provision::run(&args),
         Command::BenchMigration(args) => bench_migration::run(&args),
+        Command::Profile(args) => profile::run(&args),
+        Command::BenchFidelity(args) => bench_fidelity::run(&args),
         Command::Run(args) => train::run(&args),
     }
 }

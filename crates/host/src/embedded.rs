@@ -75,6 +75,11 @@ pub fn builtin_policy(name: &str) -> Option<&'static BuiltinPolicy> {
 pub const DEMO_TRACE: (&str, &str) =
     ("data/traces/demo-8node.csv", include_str!("../../../data/traces/demo-8node.csv"));
 
+/// A calm 4-instance trace (two hours, a preemption every half hour or so, each soon
+/// replaced): `bench-fidelity`'s second trace.
+pub const CALM_TRACE: (&str, &str) =
+    ("data/traces/calm-4node.csv", include_str!("../../../data/traces/calm-4node.csv"));
+
 /// The Parcae paper's AWS p3 availability trace (up to 32 p3.2xlarge V100
 /// instances over 11.4 h; `data/traces/PROVENANCE.md`): `bench`'s default trace.
 pub const P3_TRACE: (&str, &str) =

@@ -50,7 +50,8 @@ fn the_default_policy_answers_every_call_of_a_run_with_notices() {
     assert_eq!(fidelity["interval_ms"], 3000, "simulated at the run's wall-clock interval: {fidelity}");
     let metrics: Vec<&str> =
         fidelity["comparisons"].as_array().unwrap().iter().map(|c| c["metric"].as_str().unwrap()).collect();
-    for wanted in ["samples (net of rollbacks)", "time migrating", "work rolled back", "time paused"] {
+    for wanted in ["samples (net of rollbacks)", "time migrating (job running)", "first start", "time paused"]
+    {
         assert!(metrics.contains(&wanted), "{wanted} missing: {metrics:?}");
     }
     let measured_samples = fidelity["comparisons"][0]["measured"].as_f64().unwrap();

@@ -2,11 +2,14 @@
 //! into work on the library crates and prints or writes the result. Commands
 //! depend on the shared modules ([`crate::args`], [`crate::control`],
 //! [`crate::record`], [`crate::svg`], [`crate::embedded`],
-//! [`crate::policies`]), never on each other.
+//! [`crate::policies`]), never on each other, with one exception: `profile` runs
+//! `parcae-host run` as a process and reads its event log with `run`'s event types.
 
 pub mod bench;
+pub mod bench_fidelity;
 pub mod bench_migration;
 pub mod policy;
+pub mod profile;
 pub mod provision;
 pub mod replay;
 #[expect(

@@ -31,14 +31,12 @@
 //!    which are which (the format has no per-entry field for it).
 //!
 //! One submodule per step: `measure.rs` (training layouts, stage builds, process
-//! starts), `fit.rs` (features and the non-negative fit), `holdout.rs` (held-out errors),
+//! starts), the fit and its held-out errors (`parcae_cluster::perf`, shared with `parcae-host profile`),
 //! `transfer.rs` (the QUIC transfer curve), `run.rs` (the whole pipeline), `file.rs` (the
 //! profile file written) and `report.rs` (what `profile` prints). Everything public is
 //! re-exported here, so callers name `parcae_worker::profile::X` whatever file it lives in.
 
 mod file;
-mod fit;
-mod holdout;
 mod measure;
 mod options;
 mod report;
@@ -52,10 +50,12 @@ use parcae_cluster::{Layout, LayoutError, ModelSpec};
 use crate::error::WorkerError;
 
 pub use file::write_profile;
-pub use fit::{FitError, LayoutFeatures, N_TERMS, Observation, PerfModel, TERMS, fit, layout_features, nnls};
-pub use holdout::{HeldOut, HoldoutReport, extrapolation, leave_one_out};
 pub use measure::{Measurement, Timings, measure_layouts, measure_model_build, measure_process_start};
 pub use options::{EXAMPLE_ON_DEMAND_USD_PER_HOUR, EXAMPLE_SPOT_USD_PER_HOUR, ProfileOptions, hardware_name};
+pub use parcae_cluster::perf::{
+    FitError, HeldOut, HoldoutReport, LayoutFeatures, N_TERMS, Observation, PerfModel, TERMS, extrapolation,
+    fit, layout_features, leave_one_out, nnls,
+};
 pub use report::{EntrySource, LayoutRow, ProfileReport, render_table};
 pub use run::{Progress, run_profile};
 pub use transfer::{default_transfer_sizes, measure_transfer};

@@ -7,12 +7,11 @@ use parcae_cluster::{Layout, LayoutError};
 use parcae_profile::Profile;
 
 use super::file::{build_profile, empty_profile, round3};
-use super::fit::{LayoutFeatures, Observation, fit, layout_features};
-use super::holdout::{extrapolation, leave_one_out};
 use super::measure::{Measurement, measure_layouts, measure_model_build};
 use super::report::{EntrySource, LayoutRow, ProfileReport};
 use super::transfer::{default_transfer_sizes, measure_transfer};
 use super::{ProfileOptions, ProfilingError, candidate_layouts};
+use parcae_cluster::perf::{LayoutFeatures, Observation, extrapolation, fit, layout_features, leave_one_out};
 
 #[cfg(doc)]
 use super::write_profile;

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 pub use fidelity::{Comparison, Fidelity};
-pub use report::{RunEvent, Summary};
+pub use report::{CheckpointReason, RunEvent, Summary, Timed};
 pub use timeline::{FleetEvent, TimeScale, TimedEvent, resume_at, timeline};
 
 use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs};
@@ -137,10 +137,29 @@ pub struct RunArgs {
     /// flags are ignored except --worker-bin and --checkpoint-endpoint.
     #[arg(long, value_name = "RUN_DIR|URL")]
     pub resume: Option<String>,
-    /// Layouts per interval given instead of asked of the policy (set by `parcae-host
-    /// profile`, which runs every layout of the deployment in turn; not a flag).
-    #[arg(skip)]
-    pub script: Option<Vec<Option<parcae_policy_core::ParallelConfig>>>,
+    /// Layouts per interval given instead of asked of the policy: a JSON array with one
+    /// `[D, P]` (or `null`: pause) per interval. `parcae-host profile` runs every layout
+    /// of the deployment in turn with it.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+}
+
+/// The layouts of a `--script` file, one per interval.
+fn load_script(path: &std::path::Path) -> anyhow::Result<Vec<Option<parcae_policy_core::ParallelConfig>>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let layouts: Vec<Option<(u32, u32)>> = serde_json::from_str(&text).with_context(|| {
+        format!("{}: expected a JSON array of [D, P] or null per interval", path.display())
+    })?;
+    layouts
+        .into_iter()
+        .enumerate()
+        .map(|(k, layout)| match layout {
+            Some((d, p)) if d == 0 || p == 0 => {
+                anyhow::bail!("{}: interval {k}: [{d}, {p}] has a zero degree", path.display())
+            }
+            other => Ok(other.map(|(d, p)| parcae_policy_core::ParallelConfig::new(d, p))),
+        })
+        .collect()
 }
 
 /// `parcae-host run`'s arguments alone, to parse a recorded command line.
@@ -367,7 +386,8 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         } else {
             AssignmentStrategy::KuhnMunkres
         },
-        script: args.script.clone(),
+        script: args.script.as_deref().map(load_script).transpose()?,
+        cost_constants: args.profile.constants()?,
     };
     let events = if args.remote {
         // No trace-driven processes: wait for joiners, then train on whoever is there.

@@ -71,6 +71,9 @@ pub struct RunSettings {
     /// `parcae-host profile` runs every layout in turn); an interval past its end, or
     /// whose layout does not fit the workers there, pauses.
     pub script: Option<Vec<Option<ParallelConfig>>>,
+    /// The cost-model constants the profile was loaded with (`--cost-constants`): the
+    /// checkpoint write rate the policy is told.
+    pub cost_constants: parcae_profile::CostConstants,
 }
 
 impl RunSettings {
@@ -78,12 +81,11 @@ impl RunSettings {
     /// this deployment, so the interval and the notice are the wall-clock time the job
     /// really has (4 s of a replayed minute, not the minute): told the trace's minute, the
     /// policy priced every migration at a fifteenth of what it costs the run. The
-    /// checkpoint write rate is the embedded cost constants'.
+    /// checkpoint write rate is the run's cost constants'.
     pub fn control(&self) -> ControlSettings {
         let notice_ms = self.grace.as_secs_f64() * 1000.0;
-        let recovery = crate::embedded::constants_or_embedded(None)
-            .and_then(|c| c.recovery(notice_ms))
-            .unwrap_or(parcae_policy_core::Recovery::UNANNOUNCED);
+        let recovery =
+            self.cost_constants.recovery(notice_ms).unwrap_or(parcae_policy_core::Recovery::UNANNOUNCED);
         ControlSettings {
             interval_ms: self.scale.wall_interval_ms(),
             horizon: self.horizon,

@@ -1,7 +1,7 @@
 //! The performance model: per-layout regressors on the GPipe critical path and the total work,
 //! and their non-negative least-squares fit with the profiling machine's effective cores.
 
-use parcae_cluster::{Layout, ModelSpec};
+use crate::{Layout, ModelSpec};
 use serde::Serialize;
 
 /// Names of the performance model's terms, in coefficient order (see [`LayoutFeatures`]).
@@ -302,10 +302,19 @@ fn least_squares_on(
 #[cfg(test)]
 pub(super) mod fixtures {
     use super::*;
-    use crate::profile::candidate_layouts;
+
+    /// Every (D, P) of at most 8 slots the worker runs, P below the layer count (the cost
+    /// model's deepest split).
+    fn candidate_layouts(spec: &ModelSpec) -> Vec<(usize, usize)> {
+        let deepest = spec.num_layers().saturating_sub(1).max(1);
+        (1..=8usize)
+            .flat_map(|d| (1..=deepest.min(8 / d)).map(move |p| (d, p)))
+            .filter(|&(d, p)| Layout::new(spec, d, p).is_ok())
+            .collect()
+    }
 
     pub(crate) fn observations(spec: &ModelSpec, model: &PerfModel) -> Vec<Observation> {
-        candidate_layouts(spec, 8)
+        candidate_layouts(spec)
             .into_iter()
             .map(|(d, p)| {
                 let features = layout_features(spec, &Layout::new(spec, d, p).unwrap());
@@ -325,7 +334,7 @@ pub(super) mod fixtures {
 mod tests {
     use super::fixtures::{TRUE, observations};
     use super::*;
-    use crate::profile::leave_one_out;
+    use crate::perf::leave_one_out;
 
     #[test]
     fn features_follow_the_gpipe_schedule() {

@@ -94,7 +94,7 @@ pub fn extrapolation(obs: &[Observation], max_cores: f64, split: usize) -> Optio
 
 #[cfg(test)]
 mod tests {
-    use parcae_cluster::ModelSpec;
+    use crate::ModelSpec;
 
     use super::super::fit::fixtures::{TRUE, observations};
     use super::*;
