@@ -389,6 +389,21 @@ pub struct TransitionDistribution {
 }
 
 impl TransitionDistribution {
+    /// The distribution of one outcome known to happen: `cost` of a concrete scenario
+    /// ([`scenario_cost_under`]), e.g. the instances a real run lost.
+    pub fn certain(cost: ScenarioCost) -> Self {
+        TransitionDistribution {
+            outcomes: vec![Outcome {
+                probability: 1.0,
+                kind: cost.kind,
+                duration_ms: cost.duration_ms,
+                lost_work: cost.lost_work,
+                concurrent_ms: cost.concurrent_ms,
+            }],
+            mean_bytes: cost.bytes_moved as f64,
+        }
+    }
+
     /// Means and probabilities of the distribution.
     pub fn expected(&self) -> Expected {
         let mut e = Expected { mean_bytes: self.mean_bytes, ..Expected::default() };
@@ -852,7 +867,22 @@ pub fn liveput(
     check_times(interval_ms, carried_ms)?;
     let dist =
         transition_distribution_under(profile, recovery, from, instances_before, preempted, arrived, to)?;
-    let lost = lost_samples(profile, from, &dist)?;
+    liveput_over(profile, from, to, &dist, interval_ms, carried_ms)
+}
+
+/// [`liveput`] of a given distribution of outcomes: the exact one `liveput` computes, or a
+/// single known outcome ([`TransitionDistribution::certain`]: the victims a real run had).
+/// One scoring rule for both, so a replayed run and the model add up alike.
+pub fn liveput_over(
+    profile: &ModelProfile,
+    from: Option<ParallelConfig>,
+    to: Option<ParallelConfig>,
+    dist: &TransitionDistribution,
+    interval_ms: f64,
+    carried_ms: f64,
+) -> Result<LiveputValue, LiveputError> {
+    check_times(interval_ms, carried_ms)?;
+    let lost = lost_samples(profile, from, dist)?;
     let mut value = LiveputValue::default();
     let Some(to) = to else {
         for o in dist.outcomes.iter().filter(|o| o.lost_work) {
@@ -862,7 +892,7 @@ pub fn liveput(
         return Ok(value);
     };
     let thr_to = samples_per_second(profile, to)?;
-    Ok(expected_over(&dist, thr_to, lost, interval_ms, |o| o.busy_ms(carried_ms)))
+    Ok(expected_over(dist, thr_to, lost, interval_ms, |o| o.busy_ms(carried_ms)))
 }
 
 /// The expected samples and leftover of running at `thr_to` samples/s after

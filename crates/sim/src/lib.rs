@@ -400,6 +400,28 @@ impl<'a> Simulator<'a> {
         stats: IntervalStats,
         to: Option<ParallelConfig>,
     ) -> Result<IntervalRecord, SimError> {
+        self.step_given(stats, to, None)
+    }
+
+    /// [`Simulator::step`] with the victims known instead of drawn: `survivors` gives the
+    /// live replicas of each stage of the running layout after the interval's
+    /// preemptions and the spares left, as a real run had them (`parcae-host run`'s
+    /// prediction of itself). Live migration only; other modes score the expectation.
+    pub fn step_realized(
+        &mut self,
+        stats: IntervalStats,
+        to: Option<ParallelConfig>,
+        survivors: &liveput::Placement,
+    ) -> Result<IntervalRecord, SimError> {
+        self.step_given(stats, to, Some(survivors))
+    }
+
+    fn step_given(
+        &mut self,
+        stats: IntervalStats,
+        to: Option<ParallelConfig>,
+        survivors: Option<&liveput::Placement>,
+    ) -> Result<IntervalRecord, SimError> {
         let interval = self.next;
         let before = self.instances_before;
         let consistent = stats.preemptions <= before
@@ -426,31 +448,49 @@ impl<'a> Simulator<'a> {
         let interval_ms = self.interval_ms as f64;
         let transition = (self.current, before, stats.preemptions, stats.arrivals, to);
         let (from, before, preempted, arrived, to) = transition;
-        let dist = liveput::transition_distribution_in(
-            self.mode,
-            self.profile,
-            &self.recovery,
-            from,
-            before,
-            preempted,
-            arrived,
-            to,
-        )
-        .map_err(cost)?;
+        let realized = survivors.filter(|_| self.mode == MigrationMode::Live && from.is_some());
+        let dist = match realized {
+            Some(placement) => liveput::TransitionDistribution::certain(
+                liveput::scenario_cost_under(
+                    self.profile,
+                    &self.recovery,
+                    from,
+                    &placement.survivors_per_stage,
+                    placement.spare_survivors,
+                    arrived,
+                    to,
+                )
+                .map_err(cost)?,
+            ),
+            None => liveput::transition_distribution_in(
+                self.mode,
+                self.profile,
+                &self.recovery,
+                from,
+                before,
+                preempted,
+                arrived,
+                to,
+            )
+            .map_err(cost)?,
+        };
         let expected = dist.expected();
         let lost = liveput::lost_samples(self.profile, from, &dist).map_err(cost)? * expected.p_lost_work;
-        let value = liveput::liveput_with_mode(
-            self.mode,
-            self.profile,
-            &self.recovery,
-            from,
-            before,
-            preempted,
-            arrived,
-            to,
-            interval_ms,
-            self.carried_ms,
-        )
+        let value = match realized {
+            Some(_) => liveput::liveput_over(self.profile, from, to, &dist, interval_ms, self.carried_ms),
+            None => liveput::liveput_with_mode(
+                self.mode,
+                self.profile,
+                &self.recovery,
+                from,
+                before,
+                preempted,
+                arrived,
+                to,
+                interval_ms,
+                self.carried_ms,
+            ),
+        }
         .map_err(cost)?;
         // The busy time each outcome gives the interval, by the mode's carry
         // rule; E[min(b, T)] = E[b] - E[max(b - T, 0)].

@@ -270,3 +270,33 @@ fn artifact_decisions_are_reported_not_changed() {
     assert!(truth.issues.is_empty());
     assert!(simulate(&profile, &series.intervals, T, &replay.decisions, PRICES).is_ok());
 }
+
+/// A realized step with the victims known scores that one scenario: with no holder lost it
+/// equals the expectation of a transition that cannot lose one, and losing a holder costs
+/// what the cost model charges that scenario.
+#[test]
+fn realized_victims_score_their_own_scenario() {
+    use parcae_policy_core::liveput::{Placement, scenario_cost};
+    let profile = toy(2000.0, 0.0);
+    let two = ParallelConfig::new(2, 1);
+    let start = IntervalStats { instances: 3, arrivals: 3, preemptions: 0 };
+    let lose_one = IntervalStats { instances: 2, arrivals: 0, preemptions: 1 };
+    let run = |placement: Option<Placement>| {
+        let mut sim = parcae_sim::Simulator::new(&profile, 60_000).unwrap();
+        sim.step(start, Some(two)).unwrap();
+        match placement {
+            Some(p) => sim.step_realized(lose_one, Some(two), &p).unwrap(),
+            None => sim.step(lose_one, Some(two)).unwrap(),
+        }
+    };
+    let spare_lost = run(Some(Placement { survivors_per_stage: vec![2], spare_survivors: 0 }));
+    assert_eq!((spare_lost.transition_ms, spare_lost.kinds.none), (0.0, 1.0));
+    let holder_lost = run(Some(Placement { survivors_per_stage: vec![1], spare_survivors: 1 }));
+    let cost = scenario_cost(&profile, Some(two), &[1], 1, 0, Some(two)).unwrap();
+    assert_eq!(holder_lost.transition_ms, cost.duration_ms);
+    assert!(holder_lost.transition_ms > 0.0 && holder_lost.samples < spare_lost.samples);
+    // The expectation lies between the two (a third of the victims are spares).
+    let expected = run(None);
+    let mix = (spare_lost.samples + 2.0 * holder_lost.samples) / 3.0;
+    assert!((expected.samples - mix).abs() < 1e-6, "{} vs {mix}", expected.samples);
+}

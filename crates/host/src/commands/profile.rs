@@ -41,9 +41,13 @@ pub struct ProfileArgs {
     /// Worker processes of the profiled fleet: every layout with D x P up to this runs.
     #[arg(long, default_value_t = 8)]
     pub instances: usize,
-    /// Wall-clock seconds each layout trains (one replayed interval).
+    /// Wall-clock seconds each layout trains per pass (one replayed interval).
     #[arg(long, default_value_t = 5.0)]
     pub seconds_per_layout: f64,
+    /// Passes over the layouts (every other one in reverse order): a layout timed at
+    /// several moments is less at the mercy of a slow one on a shared machine.
+    #[arg(long, default_value_t = 2)]
+    pub passes: usize,
     /// Model and batch (JSON, the fields of ModelSpec, as `run --spec`; default: the
     /// built-in small GPT).
     #[arg(long)]
@@ -167,17 +171,18 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<()> {
         .filter(|c| Layout::new(&spec, c.data_parallel as usize, c.pipeline_stages as usize).is_ok())
         .collect();
     anyhow::ensure!(!layouts.is_empty(), "no layout of at most {} instances runs this model", args.instances);
-    let (trace, script) = profiling_trace(args.instances, &layouts);
+    let (trace, script) = profiling_trace(args.instances, &layouts, args.passes);
     let (trace_path, script_path) = (work.join("trace.csv"), work.join("script.json"));
     std::fs::write(&trace_path, trace).with_context(|| format!("writing {}", trace_path.display()))?;
     std::fs::write(&script_path, serde_json::to_string(&script)?)
         .with_context(|| format!("writing {}", script_path.display()))?;
     let run_dir = work.join("run");
     eprintln!(
-        "profile: {} layouts on {} worker processes, {:.0} s each (parcae-host run)",
+        "profile: {} layouts on {} worker processes, {:.0} s each, {} pass(es) (parcae-host run)",
         layouts.len(),
         args.instances,
-        args.seconds_per_layout
+        args.seconds_per_layout,
+        args.passes.max(1)
     );
     let mut cluster = Command::new(&host);
     cluster
@@ -247,23 +252,36 @@ fn read_events(path: &Path) -> anyhow::Result<Vec<Timed>> {
 }
 
 /// The profiling run's trace and script: `instances` nodes from the start, one interval per
-/// layout, then the whole fleet preempted (with notice) and replaced, and the first layout
-/// again from the checkpoint for two intervals.
-fn profiling_trace(instances: usize, layouts: &[ParallelConfig]) -> (String, Vec<Option<(u32, u32)>>) {
+/// layout and pass (every other pass in reverse order, so each layout is timed at several
+/// moments, apart, and the moves between layouts go both ways), then the whole fleet
+/// preempted (with notice) and replaced, and the first layout again from the checkpoint for
+/// two intervals.
+fn profiling_trace(
+    instances: usize,
+    layouts: &[ParallelConfig],
+    passes: usize,
+) -> (String, Vec<Option<(u32, u32)>>) {
     const MINUTE: usize = 60_000;
     let mut csv = String::from("t_ms,op,node\n");
     for n in 0..instances {
         csv += &format!("0,add,a{n}\n");
     }
-    let wipe = layouts.len() * MINUTE;
+    let pair = |c: &ParallelConfig| Some((c.data_parallel, c.pipeline_stages));
+    let mut script: Vec<Option<(u32, u32)>> = Vec::new();
+    for pass in 0..passes.max(1) {
+        if pass % 2 == 0 {
+            script.extend(layouts.iter().map(pair));
+        } else {
+            script.extend(layouts.iter().rev().map(pair));
+        }
+    }
+    let wipe = script.len() * MINUTE;
     for n in 0..instances {
         csv += &format!("{wipe},remove,a{n}\n");
     }
     for n in 0..instances {
         csv += &format!("{},add,b{n}\n", wipe + MINUTE);
     }
-    let pair = |c: &ParallelConfig| Some((c.data_parallel, c.pipeline_stages));
-    let mut script: Vec<Option<(u32, u32)>> = layouts.iter().map(pair).collect();
     script.push(None);
     script.extend([pair(&layouts[0]), pair(&layouts[0])]);
     // The trace must last as long as the script: one more event-free interval.
@@ -630,6 +648,7 @@ mod tests {
             resent_chunks: 0,
             millis,
             parked: false,
+            holders: Vec::new(),
         }
     }
 
@@ -726,11 +745,12 @@ mod tests {
     #[test]
     fn the_profiling_trace_walks_every_layout_then_restarts() {
         let layouts = [ParallelConfig::new(1, 1), ParallelConfig::new(2, 1), ParallelConfig::new(1, 2)];
-        let (csv, script) = profiling_trace(2, &layouts);
-        assert_eq!(script, [Some((1, 1)), Some((2, 1)), Some((1, 2)), None, Some((1, 1)), Some((1, 1))]);
+        let (csv, script) = profiling_trace(2, &layouts, 2);
+        let (a, b, c) = (Some((1, 1)), Some((2, 1)), Some((1, 2)));
+        assert_eq!(script, [a, b, c, c, b, a, None, a, a]);
         let trace = parcae_traces::parse(Path::new("profiling.csv"), csv.as_bytes(), None).unwrap();
         let series = trace.series(60_000).unwrap();
         let counts: Vec<u32> = series.intervals.iter().map(|s| s.instances).collect();
-        assert_eq!(&counts[..6], [2, 2, 2, 0, 2, 2]);
+        assert_eq!(&counts[..9], [2, 2, 2, 2, 2, 2, 0, 2, 2]);
     }
 }

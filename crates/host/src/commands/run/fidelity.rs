@@ -8,7 +8,11 @@
 use parcae_cluster::MigrationKind;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 use parcae_runtime::GuardedPolicy;
-use parcae_sim::{MigrationMode, Prices, SimResult, Totals, simulate_under};
+use std::collections::{BTreeMap, BTreeSet};
+
+use parcae_cluster::WorkerId;
+use parcae_policy_core::liveput::Placement;
+use parcae_sim::{MigrationMode, Prices, SimResult, Simulator, Totals};
 use serde::Serialize;
 
 use super::report::{RunContext, RunEvent, Timed};
@@ -66,6 +70,9 @@ pub struct Fidelity {
     /// The replayed fleet was not exactly the history the run recorded: intervals whose
     /// counts were made consistent (an arrival or preemption the run did not count).
     pub adjusted_intervals: usize,
+    /// Intervals whose preemptions the simulator scored with the run's own victims (which
+    /// stage each preempted worker held); the others, in expectation over the victims.
+    pub realized_intervals: usize,
 }
 
 /// What [`predict`] needs besides the events.
@@ -124,6 +131,85 @@ pub fn run_layouts(events: &[Timed], intervals: usize) -> Vec<Option<ParallelCon
             current
         })
         .collect()
+}
+
+/// Who the run lost, interval by interval: the stage each preempted worker held (`None`: a
+/// spare), counted toward the interval of the next decision as the run's history counts
+/// them, and the layout the holders ran when each interval's first decision was made.
+#[derive(Debug, Default, PartialEq)]
+struct Victims {
+    by_interval: Vec<Vec<Option<usize>>>,
+    layout_at_start: Vec<Option<(usize, usize)>>,
+}
+
+fn victims(events: &[Timed], intervals: usize) -> Victims {
+    let mut v = Victims { by_interval: vec![Vec::new(); intervals], layout_at_start: vec![None; intervals] };
+    let mut holders: BTreeMap<WorkerId, usize> = BTreeMap::new();
+    let mut layout = None;
+    let mut pending = Vec::new();
+    let mut gone = BTreeSet::new();
+    let mut decided = vec![false; intervals];
+    for e in events {
+        match &e.event {
+            RunEvent::Reconfigured { parked: false, holders: h, data_parallel, pipeline_stages, .. }
+                if !h.is_empty() =>
+            {
+                holders = h.iter().copied().collect();
+                layout = Some((*data_parallel, *pipeline_stages));
+            }
+            RunEvent::Notice { worker, .. }
+            | RunEvent::Killed { worker, announced: false, .. }
+            | RunEvent::Lost { worker }
+                if gone.insert(*worker) =>
+            {
+                // A worker counts once: its notice, not the kill after it.
+                pending.push(holders.get(worker).copied());
+            }
+            RunEvent::Decision { interval, .. } if *interval < intervals => {
+                if !decided[*interval] {
+                    decided[*interval] = true;
+                    v.layout_at_start[*interval] = layout;
+                }
+                v.by_interval[*interval].append(&mut pending);
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+impl Victims {
+    /// The survivors of interval `k` when the run's victims fit the simulated transition
+    /// (the same running layout, as many preemptions), else `None`: score the expectation.
+    fn placement(
+        &self,
+        k: usize,
+        from: Option<ParallelConfig>,
+        before: u32,
+        stats: &IntervalStats,
+    ) -> Option<Placement> {
+        let from = from?;
+        let (d, p) = (from.data_parallel as usize, from.pipeline_stages as usize);
+        if self.layout_at_start.get(k).copied().flatten() != Some((d, p)) {
+            return None;
+        }
+        let lost = self.by_interval.get(k)?;
+        if lost.len() != stats.preemptions as usize {
+            return None;
+        }
+        let mut survivors = vec![from.data_parallel; p];
+        let mut spares = before.checked_sub(from.instances() as u32)?;
+        for victim in lost {
+            match victim {
+                Some(stage) => {
+                    let s = survivors.get_mut(*stage)?;
+                    *s = s.checked_sub(1)?;
+                }
+                None => spares = spares.checked_sub(1)?,
+            }
+        }
+        Some(Placement { survivors_per_stage: survivors, spare_survivors: spares })
+    }
 }
 
 /// What the run measured, from its events.
@@ -191,15 +277,22 @@ pub fn predict(
         .map(|(c, s)| c.filter(|c| c.instances() <= u64::from(s.instances)))
         .collect();
     let control = inputs.control;
-    let result = simulate_under(
-        inputs.profile,
-        &series,
-        control.interval_ms,
-        &layouts,
-        inputs.prices,
-        MigrationMode::Live,
-        control.recovery,
-    )?;
+    let victims = victims(events, series.len());
+    let mut simulator =
+        Simulator::with_recovery(inputs.profile, control.interval_ms, MigrationMode::Live, control.recovery)?;
+    let mut records = Vec::with_capacity(series.len());
+    let mut realized_intervals = 0;
+    for (k, (stats, &to)) in series.iter().zip(&layouts).enumerate() {
+        let placement = victims.placement(k, simulator.current(), simulator.instances_before(), stats);
+        records.push(match placement {
+            Some(placement) => {
+                realized_intervals += 1;
+                simulator.step_realized(*stats, to, &placement)?
+            }
+            None => simulator.step(*stats, to)?,
+        });
+    }
+    let result = parcae_sim::summarize(records, control.interval_ms, inputs.prices);
     let replayed = control::replay(&series, inputs.profile, policy, control, |_| {});
     let mut disagreements = Vec::new();
     let mut layouts_agree = 0;
@@ -281,6 +374,7 @@ pub fn predict(
         layout_agreement: if intervals > 0 { layouts_agree as f64 / intervals as f64 } else { 1.0 },
         disagreements,
         adjusted_intervals,
+        realized_intervals,
     };
     Ok((fidelity, result))
 }
@@ -386,6 +480,7 @@ mod tests {
             resent_chunks: 0,
             millis,
             parked,
+            holders: Vec::new(),
         };
         let step = |samples| RunEvent::Step {
             step: 0,
@@ -425,6 +520,63 @@ mod tests {
         assert!((m.paused_seconds - 4.0).abs() < 1e-9, "{m:?}");
         let i = |k: MigrationKind| m.migration_seconds_by_kind[k.index()];
         assert_eq!((i(MigrationKind::Restart), i(MigrationKind::InterStage)), (1.0, 0.25));
+    }
+
+    #[test]
+    fn victims_are_the_stages_the_preempted_workers_held() {
+        let held = |holders: Vec<(WorkerId, usize)>| RunEvent::Reconfigured {
+            epoch: 1,
+            cold_start: false,
+            rolled_back_steps: 0,
+            step: 0,
+            kind: MigrationKind::InterStage,
+            data_parallel: 2,
+            pipeline_stages: 2,
+            bytes_moved: 0,
+            bytes_sent: 0,
+            bytes_from_checkpoint: 0,
+            resent_chunks: 0,
+            millis: 1.0,
+            parked: false,
+            holders,
+        };
+        let decision = |interval| RunEvent::Decision {
+            interval,
+            instances: 5,
+            config: Some((2, 2)),
+            source: "guest".into(),
+            replan: false,
+        };
+        let notice = |worker| RunEvent::Notice {
+            worker,
+            node: format!("n{worker}"),
+            grace_ms: 1000,
+            source: "trace".into(),
+            detail: None,
+        };
+        let events = [
+            timed(0.0, decision(0)),
+            timed(0.1, held(vec![(1, 0), (2, 1), (3, 0), (4, 1)])),
+            // Interval 1: worker 2 (stage 1) under notice, then killed (counted once), and
+            // spare 5 lost without notice.
+            timed(4.0, notice(2)),
+            timed(4.0, decision(1)),
+            timed(5.0, RunEvent::Killed { worker: 2, node: "n2".into(), announced: true }),
+            timed(5.5, RunEvent::Killed { worker: 5, node: "n5".into(), announced: false }),
+            timed(5.6, decision(1)),
+        ];
+        let v = victims(&events, 3);
+        assert_eq!(v.by_interval, [vec![], vec![Some(1), None], vec![]]);
+        assert_eq!(v.layout_at_start, [None, Some((2, 2)), None]);
+        let (from, lost_two) = (ParallelConfig::new(2, 2), stats(3, 0, 2));
+        assert_eq!(
+            v.placement(1, Some(from), 5, &lost_two),
+            Some(Placement { survivors_per_stage: vec![2, 1], spare_survivors: 0 })
+        );
+        // Counts that do not match the run's victims, or another running layout: the
+        // expectation instead.
+        assert_eq!(v.placement(1, Some(from), 5, &stats(4, 0, 1)), None);
+        assert_eq!(v.placement(1, Some(ParallelConfig::new(1, 2)), 5, &lost_two), None);
     }
 
     #[test]

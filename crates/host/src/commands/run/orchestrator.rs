@@ -677,6 +677,7 @@ async fn reconfigure(
         resent_chunks: outcome.resent_chunks,
         millis,
         parked: plan.parking,
+        holders: job.slots.iter().map(|(id, slot)| (*id, slot.stage)).collect(),
     });
     if plan.parking {
         log.event(RunEvent::Paused { step: job.step, available: staying.len() });

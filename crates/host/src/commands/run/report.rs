@@ -73,6 +73,10 @@ pub enum RunEvent {
         millis: f64,
         /// State moved off leaving workers during a pause (no training layout).
         parked: bool,
+        /// The stage each worker holds afterwards (worker, stage): the run's prediction of
+        /// itself tells a preempted holder from a spare by it. Empty in logs of older runs.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        holders: Vec<(WorkerId, usize)>,
     },
     Paused {
         step: u64,
