@@ -8,8 +8,9 @@
 //! subcommand; the modules they share are [`args`] (argument groups),
 //! [`control`] (the control step), [`record`] (scored-run records),
 //! [`svg`] (the figures' builder), [`policies`] (loading components),
-//! [`progress`] (progress bars), [`templates`] (the `policy new` scaffolds) and
-//! [`embedded`] (what the binary carries, and the fallbacks to it).
+//! [`progress`] (progress bars), [`templates`] (the `policy new` scaffolds),
+//! [`processes`] (the worker binary, child commands) and [`embedded`] (what the
+//! binary carries, and the fallbacks to it).
 
 pub mod args;
 pub mod cli;
@@ -17,6 +18,7 @@ pub mod commands;
 pub mod control;
 pub mod embedded;
 pub mod policies;
+pub mod processes;
 pub mod progress;
 pub mod record;
 pub mod svg;

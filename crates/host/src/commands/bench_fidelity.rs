@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::embedded::CALM_TRACE;
+use crate::processes::{run_child, this_binary};
 
 /// Options of `parcae-host bench-fidelity`.
 #[derive(Debug, Args)]
@@ -28,7 +29,7 @@ pub struct FidelityArgs {
     #[arg(long, requires = "cost_constants")]
     pub profile: Option<PathBuf>,
     /// The cost constants measured with --profile.
-    #[arg(long)]
+    #[arg(long, requires = "profile")]
     pub cost_constants: Option<PathBuf>,
     /// The profile's model.
     #[arg(long, default_value = "worker-gpt")]
@@ -71,7 +72,7 @@ const LAYOUT_AGREEMENT: f64 = 0.90;
 pub fn run(args: &FidelityArgs) -> anyhow::Result<()> {
     let out = &args.out_dir;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let host = std::env::current_exe().context("locating parcae-host")?;
+    let host = this_binary()?;
     let (profile, constants) = match (&args.profile, &args.cost_constants) {
         (Some(p), Some(c)) => (p.clone(), c.clone()),
         _ => {
@@ -131,12 +132,6 @@ pub fn run(args: &FidelityArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", json.display()))?;
     println!("{}", render(&results));
     println!("profile: {}  constants: {}  table: {}", profile.display(), constants.display(), json.display());
-    Ok(())
-}
-
-fn run_child(command: &mut Command, what: &str) -> anyhow::Result<()> {
-    let status = command.status().with_context(|| format!("starting {what}"))?;
-    anyhow::ensure!(status.success(), "{what} failed ({status})");
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 //! into work on the library crates and prints or writes the result. Commands
 //! depend on the shared modules ([`crate::args`], [`crate::control`],
 //! [`crate::record`], [`crate::svg`], [`crate::embedded`],
-//! [`crate::policies`]), never on each other, with one exception: `profile` runs
+//! [`crate::policies`], [`crate::processes`]), never on each other, with one exception: `profile` runs
 //! `parcae-host run` as a process and reads its event log with `run`'s event types.
 
 pub mod bench;

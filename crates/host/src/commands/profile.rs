@@ -34,6 +34,7 @@ use serde::Serialize;
 
 use super::run::{RunEvent, Timed};
 use crate::embedded;
+use crate::processes::{run_child, this_binary, worker_bin};
 
 /// Options of `parcae-host profile`.
 #[derive(Debug, Args)]
@@ -139,12 +140,8 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<()> {
     let spec = ModelSpec::load(args.spec.as_deref())?;
     let work = &args.work_dir;
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
-    let host = std::env::current_exe().context("locating parcae-host")?;
-    let worker = match &args.worker_bin {
-        Some(bin) => bin.clone(),
-        None => host.with_file_name(format!("parcae-worker{}", std::env::consts::EXE_SUFFIX)),
-    };
-    anyhow::ensure!(worker.exists(), "{} not found: build it or pass --worker-bin", worker.display());
+    let host = this_binary()?;
+    let worker = worker_bin(args.worker_bin.as_deref())?;
 
     // 1. The in-process profile: layer sizes and the QUIC transfer curve.
     let base_path = work.join("in-process-profile.json");
@@ -231,12 +228,6 @@ pub fn run(args: &ProfileArgs) -> anyhow::Result<()> {
         args.constants_out.display(),
         args.model_name
     );
-    Ok(())
-}
-
-fn run_child(command: &mut Command, what: &str) -> anyhow::Result<()> {
-    let status = command.status().with_context(|| format!("starting {what}"))?;
-    anyhow::ensure!(status.success(), "{what} failed ({status})");
     Ok(())
 }
 
@@ -404,7 +395,21 @@ pub fn fit(
         scenario_cost(&free, Some(from), &survivors, spares, 0, Some(ParallelConfig::new(to.0, to.1)))
             .map_or(0.0, |c| c.duration_ms)
     };
-    let fleet = events.iter().filter(|e| matches!(e.event, RunEvent::Joined { .. })).count() as u32;
+    // The profiled fleet: the most workers alive at once (the restart's replacements join
+    // after the first fleet is gone).
+    let fleet = events
+        .iter()
+        .scan(0i64, |alive, e| {
+            match e.event {
+                RunEvent::Joined { .. } => *alive += 1,
+                RunEvent::Killed { .. } | RunEvent::Lost { .. } => *alive -= 1,
+                _ => {}
+            }
+            Some(*alive)
+        })
+        .max()
+        .unwrap_or(0)
+        .max(0) as u32;
     let reconfigurations: Vec<Reconfiguration> = live
         .into_iter()
         .map(|r| Reconfiguration {
@@ -466,8 +471,8 @@ pub fn fit(
             })
         })
         .collect();
-    let cores = std::thread::available_parallelism().map_or(1, usize::from) as f64;
-    let held_out = parcae_cluster::perf::leave_one_out(&observations, cores);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let held_out = parcae_cluster::perf::leave_one_out(&observations, cores as f64);
     if let Some(h) = &held_out {
         for row in &mut rows {
             row.held_out_ms = h
@@ -514,10 +519,9 @@ pub fn fit(
     entry.rendezvous_ms = round3(rendezvous_ms);
     entry.restart_extra_ms = 0.0;
     entry.model_build_ms_by_pp = entry.throughput.iter().map(|t| (t.pp, round3(setup_ms))).collect();
-    let cores_text = std::thread::available_parallelism().map_or(1, usize::from);
     file.source = Some(format!(
         "MEASURED DEPLOYMENT (parcae-host profile): {} layouts trained by real worker processes on \
-         loopback (QUIC with mutual TLS between processes) on {cores_text} cores; iteration_ms is each \
+         loopback (QUIC with mutual TLS between processes) on {cores} cores; iteration_ms is each \
          layout's mean step period (step to step) with every worker process alive (contention included). proc_init_ms is \
          the fitted cost of every reconfiguration, model_build_ms_by_pp the set-up of one that moves \
          state, rendezvous_ms the extra of one that adds holders (fitted to {} live reconfigurations \

@@ -236,17 +236,16 @@ fn measure(events: &[Timed]) -> Measured {
                 m.step_seconds += millis / 1000.0;
             }
             RunEvent::RolledBack { samples, .. } => m.samples_rolled_back += *samples as f64,
-            RunEvent::Reconfigured { cold_start: true, millis, .. } => {
-                m.cold_start_seconds += millis / 1000.0;
-                if let Some(since) = paused_since.take() {
-                    m.paused_seconds += (e.t_s - millis / 1000.0 - since).max(0.0);
+            RunEvent::Reconfigured { cold_start, kind, millis, parked, .. } => {
+                if *cold_start {
+                    m.cold_start_seconds += millis / 1000.0;
+                } else {
+                    m.migration_seconds_by_kind[kind.index()] += millis / 1000.0;
+                    if *kind != MigrationKind::None {
+                        m.reconfigurations += 1.0;
+                    }
                 }
-            }
-            RunEvent::Reconfigured { kind, millis, parked, .. } => {
-                m.migration_seconds_by_kind[kind.index()] += millis / 1000.0;
-                if *kind != MigrationKind::None {
-                    m.reconfigurations += 1.0;
-                }
+                // Moving state off leaving workers during a pause does not end it.
                 if !parked && let Some(since) = paused_since.take() {
                     m.paused_seconds += (e.t_s - millis / 1000.0 - since).max(0.0);
                 }
@@ -348,7 +347,7 @@ pub fn predict(
     for kind in MigrationKind::ALL.into_iter().filter(|k| *k != MigrationKind::None) {
         let i = kind.index();
         comparisons.push(Comparison::new(
-            format!("  of which {}", kind.as_str()),
+            format!("time migrating: {}", kind.as_str()),
             "s",
             m.migration_seconds_by_kind[i],
             sim_by_kind[i],
@@ -422,10 +421,15 @@ impl std::fmt::Display for Fidelity {
         writeln!(f, "    {:<28} {:>12} {:>12} {:>8}", "", "measured", "simulated", "error")?;
         for c in &self.comparisons {
             let error = c.relative_error.map_or("-".to_string(), |e| format!("{:+.1}%", e * 100.0));
+            // Each kind's share indents under the total.
+            let metric = match c.metric.strip_prefix("time migrating: ") {
+                Some(kind) => format!("  of which {kind}"),
+                None => c.metric.clone(),
+            };
             writeln!(
                 f,
                 "    {:<28} {:>12} {:>12} {:>8}  {}",
-                c.metric,
+                metric,
                 format!("{:.2}", c.measured),
                 format!("{:.2}", c.simulated),
                 error,

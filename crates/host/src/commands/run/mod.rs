@@ -214,20 +214,6 @@ async fn resume(given: &RunArgs, target: &str) -> anyhow::Result<()> {
     run_async(&args, Some(job)).await
 }
 
-fn worker_bin(args: &RunArgs) -> anyhow::Result<PathBuf> {
-    if let Some(bin) = &args.worker_bin {
-        return Ok(bin.clone());
-    }
-    let exe = std::env::current_exe().context("locating parcae-host")?;
-    let bin = exe.with_file_name(format!("parcae-worker{}", std::env::consts::EXE_SUFFIX));
-    anyhow::ensure!(
-        bin.exists(),
-        "{} not found: build it (cargo build -p parcae-worker) or pass --worker-bin",
-        bin.display()
-    );
-    Ok(bin)
-}
-
 async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyhow::Result<()> {
     anyhow::ensure!(args.wall_seconds_per_interval > 0.0, "--wall-seconds-per-interval must be positive");
     anyhow::ensure!(args.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
@@ -345,7 +331,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         None
     } else {
         Some(LocalLaunch {
-            worker_bin: worker_bin(args)?,
+            worker_bin: crate::processes::worker_bin(args.worker_bin.as_deref())?,
             host_addr,
             identities: run_dir.join("identities"),
             logs: run_dir.join("logs"),
