@@ -23,7 +23,7 @@ pub const N_TERMS: usize = 6;
 /// | compute per parameter | `(m_r + P - 1) x S` | `m x total` |
 /// | compute per layer | `(m_r + P - 1) x L` | `m x layers` |
 /// | pipeline hop | `(m_r + P - 1) x a` if P > 1 | `2 m (P - 1) a` |
-/// | all-reduce | `(D - 1) x g` | `(D - 1) x G` |
+/// | all-reduce | `(D - 1) x g` | `(D - 1) x G` in process, `D (D - 1) x G` between processes |
 /// | optimizer | `S` | `D x total` |
 /// | fixed | 1 | `D x P` |
 ///
@@ -31,9 +31,8 @@ pub const N_TERMS: usize = 6;
 /// (millions) / layers of the slowest stage (most parameters), `a` one activation (MB), `g` /
 /// `G` the gradient bytes (MB) of the slowest stage / of the model. GPipe runs `m_r + P - 1`
 /// forward and as many backward ticks, each as long as the slowest stage. The all-reduce term
-/// counts the `D - 1` other replicas' gradients a replica adds: the worker's all-reduce
-/// (`node::links`) sends every replica's buffer to every other and each sums them; the
-/// in-process one measured here sums them once for all.
+/// counts the `D - 1` other replicas' gradients a replica adds. Its total work depends on
+/// where the replicas run ([`GradientExchange`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct LayoutFeatures {
     /// Regressors of the critical path (one core per slot).
@@ -42,8 +41,19 @@ pub struct LayoutFeatures {
     pub work: [f64; N_TERMS],
 }
 
-/// [`LayoutFeatures`] of `layout`.
-pub fn layout_features(spec: &ModelSpec, layout: &Layout) -> LayoutFeatures {
+/// How the replicas of a stage exchange gradients, which sets the all-reduce's total work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradientExchange {
+    /// Threads of one process (`parcae-worker profile`): the buffers are summed once for all,
+    /// `(D - 1) x G` of work.
+    InProcess,
+    /// Worker processes (`node::links`): every replica sends its buffer to every other and
+    /// each sums them, `D (D - 1) x G` of work (and as much encrypted traffic).
+    BetweenProcesses,
+}
+
+/// [`LayoutFeatures`] of `layout` with the replicas exchanging gradients as `exchange` says.
+pub fn layout_features(spec: &ModelSpec, layout: &Layout, exchange: GradientExchange) -> LayoutFeatures {
     let (d, p) = (layout.data_parallel as f64, layout.pipeline_stages as f64);
     let m = spec.micro_batches() as f64;
     let m_r =
@@ -68,7 +78,10 @@ pub fn layout_features(spec: &ModelSpec, layout: &Layout) -> LayoutFeatures {
         m * total,
         m * spec.num_layers() as f64,
         2.0 * m * (p - 1.0) * activation_mb,
-        (d - 1.0) * total * 4.0,
+        match exchange {
+            GradientExchange::InProcess => (d - 1.0) * total * 4.0,
+            GradientExchange::BetweenProcesses => d * (d - 1.0) * total * 4.0,
+        },
         d * total,
         d * p,
     ];
@@ -317,7 +330,8 @@ pub(super) mod fixtures {
         candidate_layouts(spec)
             .into_iter()
             .map(|(d, p)| {
-                let features = layout_features(spec, &Layout::new(spec, d, p).unwrap());
+                let features =
+                    layout_features(spec, &Layout::new(spec, d, p).unwrap(), GradientExchange::InProcess);
                 Observation { dp: d, pp: p, features, measured_ms: model.predict_shared(&features) }
             })
             .collect()
@@ -339,18 +353,24 @@ mod tests {
     #[test]
     fn features_follow_the_gpipe_schedule() {
         let spec = ModelSpec::default();
-        let one = layout_features(&spec, &Layout::new(&spec, 1, 1).unwrap());
+        let one = layout_features(&spec, &Layout::new(&spec, 1, 1).unwrap(), GradientExchange::InProcess);
         let total: u64 = (0..spec.num_layers()).map(|l| spec.layer_params(l)).sum();
         // One slot: m ticks of the whole model, no hop, no all-reduce; critical == work.
         assert!((one.critical[0] - 8.0 * total as f64 / 1e6).abs() < 1e-12);
         assert_eq!(one.critical[1], 8.0 * 8.0);
         assert_eq!((one.critical[2], one.critical[3]), (0.0, 0.0));
         assert_eq!(one.critical, one.work);
-        let f = layout_features(&spec, &Layout::new(&spec, 2, 2).unwrap());
+        let f = layout_features(&spec, &Layout::new(&spec, 2, 2).unwrap(), GradientExchange::InProcess);
         // 4 micro-batches per replica, 2 stages: 5 ticks; the slowest stage has 4 layers.
         assert_eq!(f.critical[1], 5.0 * 4.0);
         assert_eq!(f.work[5], 4.0);
         assert!(f.critical[3] > 0.0 && f.critical[2] > 0.0);
+        // Between processes every replica sums every other's buffer: D times the work, the
+        // same critical path.
+        let g =
+            layout_features(&spec, &Layout::new(&spec, 2, 2).unwrap(), GradientExchange::BetweenProcesses);
+        assert_eq!(g.critical, f.critical);
+        assert_eq!(g.work[3], 2.0 * f.work[3]);
     }
 
     #[test]

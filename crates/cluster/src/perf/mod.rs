@@ -7,5 +7,8 @@
 mod fit;
 mod holdout;
 
-pub use fit::{FitError, LayoutFeatures, N_TERMS, Observation, PerfModel, TERMS, fit, layout_features, nnls};
+pub use fit::{
+    FitError, GradientExchange, LayoutFeatures, N_TERMS, Observation, PerfModel, TERMS, fit, layout_features,
+    nnls,
+};
 pub use holdout::{HeldOut, HoldoutReport, extrapolation, leave_one_out};

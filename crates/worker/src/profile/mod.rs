@@ -53,8 +53,8 @@ pub use file::write_profile;
 pub use measure::{Measurement, Timings, measure_layouts, measure_model_build, measure_process_start};
 pub use options::{EXAMPLE_ON_DEMAND_USD_PER_HOUR, EXAMPLE_SPOT_USD_PER_HOUR, ProfileOptions, hardware_name};
 pub use parcae_cluster::perf::{
-    FitError, HeldOut, HoldoutReport, LayoutFeatures, N_TERMS, Observation, PerfModel, TERMS, extrapolation,
-    fit, layout_features, leave_one_out, nnls,
+    FitError, GradientExchange, HeldOut, HoldoutReport, LayoutFeatures, N_TERMS, Observation, PerfModel,
+    TERMS, extrapolation, fit, layout_features, leave_one_out, nnls,
 };
 pub use report::{EntrySource, LayoutRow, ProfileReport, render_table};
 pub use run::{Progress, run_profile};

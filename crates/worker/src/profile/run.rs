@@ -11,7 +11,9 @@ use super::measure::{Measurement, measure_layouts, measure_model_build};
 use super::report::{EntrySource, LayoutRow, ProfileReport};
 use super::transfer::{default_transfer_sizes, measure_transfer};
 use super::{ProfileOptions, ProfilingError, candidate_layouts};
-use parcae_cluster::perf::{LayoutFeatures, Observation, extrapolation, fit, layout_features, leave_one_out};
+use parcae_cluster::perf::{
+    GradientExchange, LayoutFeatures, Observation, extrapolation, fit, layout_features, leave_one_out,
+};
 
 #[cfg(doc)]
 use super::write_profile;
@@ -71,7 +73,9 @@ pub fn run_profile(
     }
     let features: BTreeMap<(usize, usize), LayoutFeatures> = candidates
         .iter()
-        .map(|&(d, p)| Ok(((d, p), layout_features(spec, &Layout::new(spec, d, p)?))))
+        .map(|&(d, p)| {
+            Ok(((d, p), layout_features(spec, &Layout::new(spec, d, p)?, GradientExchange::InProcess)))
+        })
         .collect::<Result<_, LayoutError>>()?;
     let obs: Vec<Observation> = measured
         .values()
