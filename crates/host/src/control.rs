@@ -141,12 +141,24 @@ pub fn replay(
     profile: &ModelProfile,
     policy: &mut GuardedPolicy,
     settings: &ControlSettings,
+    on_decision: impl FnMut(&Decision),
+) -> Vec<Decision> {
+    replay_profiles(series, |_| profile, policy, settings, on_decision)
+}
+
+/// [`replay`] with each interval's own profile (`profile_at(k)` for interval `k`): a mixed
+/// fleet, whose composition sets what each layout trains, tells the policy so.
+pub fn replay_profiles<'p>(
+    series: &[IntervalStats],
+    profile_at: impl Fn(usize) -> &'p ModelProfile,
+    policy: &mut GuardedPolicy,
+    settings: &ControlSettings,
     mut on_decision: impl FnMut(&Decision),
 ) -> Vec<Decision> {
     let mut decisions = Vec::with_capacity(series.len());
     let mut current: Option<ParallelConfig> = None;
     for (k, observed) in series.iter().enumerate() {
-        let step = decide(policy, settings, profile, &series[..k], *observed, current);
+        let step = decide(policy, settings, profile_at(k), &series[..k], *observed, current);
         let decision = Decision {
             interval: k,
             start_ms: k as u64 * settings.interval_ms,

@@ -10,6 +10,7 @@ pub mod arima;
 pub mod churn;
 pub mod guard;
 pub mod liveput;
+pub mod mixed;
 pub mod optimizer;
 pub mod plan;
 pub mod reactive;

@@ -1,6 +1,6 @@
-//! The project's own data files: the illustrative example profile and the
-//! constants file load on their own (no `shared` folder needed) and work
-//! together.
+//! The project's own data files: the illustrative example profile, the derived
+//! g4dn profile and the constants file load on their own (no `shared` folder
+//! needed) and work together.
 
 use std::path::{Path, PathBuf};
 
@@ -93,4 +93,32 @@ fn partition_rule_on_plain_lists() {
     assert_eq!(lens(8), [7, 6, 6, 6, 6, 6, 6, 6]);
     assert_eq!(partition(&layers, 5).unwrap()[0], 0..10);
     assert_eq!(partition(&layers, 5).unwrap()[4], 40..49);
+}
+
+/// The derived g4dn profile loads and is the p3 profile under the mixed-fleet model's
+/// decomposition (`parcae_policy_core::mixed`): ticks at 0.356x, synchronisation at 2.5x,
+/// as its `source` and `tools/derive-profile/derive.py` say.
+#[test]
+fn derived_g4dn_profile_follows_the_mixed_fleet_decomposition() {
+    use parcae_policy_core::mixed::{sync_ms, tick_ms};
+    let c = constants();
+    let p3 = Profile::load(profiles_dir().join("p3-v100-parcae.json")).unwrap_or_else(|e| panic!("{e}"));
+    let g4dn = Profile::load(profiles_dir().join("g4dn-t4-derived.json")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(g4dn.data().source.as_deref().unwrap_or("").starts_with("DERIVED, NOT MEASURED"));
+    for model in ["gpt-1.5b", "gpt-6.7b", "bert"] {
+        let (a, b) = (p3.model_profile(model, &c).unwrap(), g4dn.model_profile(model, &c).unwrap());
+        assert_eq!(a.configs.len(), b.configs.len(), "{model}");
+        let m = f64::from(a.global_batch_size / a.micro_batch_size);
+        for (x, y) in a.configs.iter().zip(&b.configs) {
+            let (d, p) = (x.config.data_parallel, x.config.pipeline_stages);
+            let ticks = (m / f64::from(d)).ceil() + f64::from(p) - 1.0;
+            let expected = ticks * tick_ms(&a, p).unwrap() / 0.356 + sync_ms(&a, x.config).unwrap() / 2.5;
+            assert!(
+                (y.iteration_ms - expected).abs() < 0.01,
+                "{model} ({d}, {p}): {} vs {expected}",
+                y.iteration_ms
+            );
+            assert!(y.samples_per_second < x.samples_per_second, "{model} ({d}, {p})");
+        }
+    }
 }

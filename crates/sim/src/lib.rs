@@ -363,6 +363,12 @@ impl<'a> Simulator<'a> {
         })
     }
 
+    /// Scores the next intervals with `profile`: a mixed fleet whose composition changed
+    /// trains each layout at another speed ([`parcae_policy_core::mixed::composition_profile`]).
+    pub fn set_profile(&mut self, profile: &'a ModelProfile) {
+        self.profile = profile;
+    }
+
     /// The recovery rules this simulator scores under.
     pub fn recovery(&self) -> Recovery {
         self.recovery
@@ -583,6 +589,34 @@ pub fn simulate_under(
     let mut simulator = Simulator::with_recovery(profile, interval_ms, mode, recovery)?;
     let mut records = Vec::with_capacity(series.len());
     for (stats, &to) in series.iter().zip(decisions) {
+        records.push(simulator.step(*stats, to)?);
+    }
+    Ok(summarize(records, interval_ms, prices))
+}
+
+/// [`simulate_under`] with each interval's own profile (`profiles[k]` scores interval
+/// `k`): a mixed fleet, whose composition sets what each layout trains.
+pub fn simulate_profiles(
+    profiles: &[&ModelProfile],
+    series: &[IntervalStats],
+    interval_ms: u64,
+    decisions: &[Option<ParallelConfig>],
+    prices: Prices,
+    recovery: Recovery,
+) -> Result<SimResult, SimError> {
+    if decisions.len() != series.len() || profiles.len() != series.len() {
+        return Err(SimError::Length {
+            decisions: decisions.len().min(profiles.len()),
+            intervals: series.len(),
+        });
+    }
+    let Some(first) = profiles.first() else {
+        return Ok(summarize(Vec::new(), interval_ms, prices));
+    };
+    let mut simulator = Simulator::with_recovery(first, interval_ms, MigrationMode::Live, recovery)?;
+    let mut records = Vec::with_capacity(series.len());
+    for ((stats, &to), profile) in series.iter().zip(decisions).zip(profiles) {
+        simulator.set_profile(profile);
         records.push(simulator.step(*stats, to)?);
     }
     Ok(summarize(records, interval_ms, prices))

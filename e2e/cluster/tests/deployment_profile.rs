@@ -47,7 +47,17 @@ fn a_measured_deployment_profile_loads_and_runs() {
         .collect();
     assert_eq!(layouts, [(1, 1), (1, 2), (2, 1)], "{report}");
     assert!(report["layouts"].as_array().unwrap().iter().all(|l| l["steps"].as_u64() > Some(2)), "{report}");
-    assert!(report["reconfigurations"].as_array().unwrap().len() >= 2, "{report}");
+    let moves = report["reconfigurations"].as_array().unwrap();
+    assert!(moves.len() >= 2, "{report}");
+    // The churn phase: a fresh process took the state of a holder under notice.
+    assert!(
+        moves
+            .iter()
+            .any(|r| r["fresh"] == true
+                && r["survivors"].as_array().unwrap().iter().any(|s| s.as_u64() < Some(2))),
+        "{report}"
+    );
+    assert!(report["transfer_scale"].as_f64() > Some(0.0), "{report}");
     assert!(
         report["restarts"].as_u64() >= Some(2),
         "the first start and the restart after the wipe: {report}"

@@ -29,7 +29,8 @@ use crate::commands::run::{CheckpointReason, RunEvent, Timed};
 #[derive(Debug, Default)]
 struct Observed {
     /// Step periods per layout (ms), the first step after each reconfiguration left out
-    /// and only while the whole profiled fleet was alive.
+    /// and only in the passes (before the first notice), while the whole profiled fleet
+    /// was alive.
     steps: BTreeMap<(u32, u32), Vec<f64>>,
     /// Live reconfigurations (transfers not yet priced).
     live: Vec<Reconfiguration>,
@@ -44,28 +45,12 @@ struct Observed {
     starts: Vec<f64>,
     /// The longest notice the run gave, ms.
     notice_ms: f64,
-    /// The most workers alive at once.
-    fleet: u32,
-}
-
-/// The most workers alive at once (the restart's replacements join after the first fleet
-/// is gone).
-fn peak_fleet(events: &[Timed]) -> u32 {
-    let mut alive = 0i64;
-    let mut peak = 0i64;
-    for e in events {
-        match e.event {
-            RunEvent::Joined { .. } => alive += 1,
-            RunEvent::Killed { .. } | RunEvent::Lost { .. } => alive -= 1,
-            _ => {}
-        }
-        peak = peak.max(alive);
-    }
-    peak.max(0) as u32
 }
 
 fn observe(events: &[Timed]) -> Observed {
-    let mut o = Observed { fleet: peak_fleet(events), ..Observed::default() };
+    let mut o = Observed::default();
+    // The passes end at the first notice (the churn phase or the wipe).
+    let mut in_passes = true;
     let mut warm = false;
     let mut last_step: Option<f64> = None;
     let mut current: Option<(u32, u32)> = None;
@@ -79,12 +64,9 @@ fn observe(events: &[Timed]) -> Observed {
             RunEvent::Step { data_parallel, pipeline_stages, .. } => {
                 // The time from one step to the next: the step and what the host does
                 // between steps (commit, the control loop, checkpoint snapshots), which a
-                // run pays as often as it steps. Timed with the whole fleet alive, so the
-                // contention of every worker process is in the number.
-                if warm
-                    && alive.len() as u32 == o.fleet
-                    && let Some(last) = last_step
-                {
+                // run pays as often as it steps. Timed in the passes, with the whole fleet
+                // alive, so the contention of every worker process is in the number.
+                if warm && in_passes && let Some(last) = last_step {
                     o.steps
                         .entry((*data_parallel as u32, *pipeline_stages as u32))
                         .or_default()
@@ -169,10 +151,12 @@ fn observe(events: &[Timed]) -> Observed {
                 }
             }
             RunEvent::Notice { worker, grace_ms, .. } => {
+                in_passes = false;
                 leaving.insert(*worker);
                 o.notice_ms = o.notice_ms.max(*grace_ms as f64);
             }
             RunEvent::Killed { worker, .. } | RunEvent::Lost { worker } => {
+                in_passes = false;
                 alive.remove(worker);
             }
             _ => {}
@@ -530,7 +514,7 @@ mod tests {
             reconfigured(MigrationKind::InterStage, (2, 1), 30.0, false, &[(1, 0), (3, 0)]),
         ));
         events.push(at(t + 0.02, RunEvent::Killed { worker: 2, node: "n2".into(), announced: true }));
-        // Steps with a worker gone are not timed (the fleet's contention changed).
+        // Steps after the first notice are not timed (the fleet's contention changed).
         let t = steps(&mut events, t + 0.1, (2, 1), 0.020, 11);
         events.push(at(t, checkpointed(CheckpointReason::Emergency, 12.0, 12.0)));
         events.push(at(t, RunEvent::Paused { step: 30, available: 0 }));

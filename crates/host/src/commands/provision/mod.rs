@@ -24,6 +24,11 @@
 //! trace (or a constant on-demand fleet) and scored by the liveput simulator;
 //! completion time and cost are read off the cumulative samples (extrapolated
 //! at the run's average rate when the trace ends first).
+//!
+//! **Mixed fleets** (spotDNN): with several offers of one model, `provision` also scores
+//! every spot request `n_1 x type_1 + n_2 x type_2` over each pair of offers, the job
+//! running replicas on both types with the batch split by speed ([`mix`]); the best mix
+//! is shown against the best single-type fleet, both predicted and simulated.
 
 use std::path::PathBuf;
 
@@ -38,7 +43,9 @@ use parcae_sim::{MigrationMode, Prices};
 use serde::Serialize;
 
 use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
-use crate::control::{ControlSettings, replay};
+use crate::control::{ControlSettings, replay, replay_profiles};
+
+pub mod mix;
 
 /// Arguments of `parcae-host provision`.
 #[derive(Debug, Args)]
@@ -235,6 +242,37 @@ pub struct Prediction {
     pub usd: Option<f64>,
     /// Whether the prediction meets the goal.
     pub meets_goal: bool,
+    /// What is requested of each type (one part unless the fleet mixes types).
+    pub parts: Vec<mix::Part>,
+}
+
+impl Prediction {
+    /// Whether it mixes instance types.
+    pub fn is_mix(&self) -> bool {
+        self.parts.len() > 1
+    }
+
+    /// How people read the request: `4 x p3 (spot)`, or `2 x p3 + 6 x g4dn (spot)`.
+    pub fn name(&self) -> String {
+        if self.is_mix() {
+            format!("{} ({})", self.offer, self.market.as_str())
+        } else {
+            format!("{} x {} ({})", self.requested, self.offer, self.market.as_str())
+        }
+    }
+}
+
+/// A samples goal's completion time and cost at `samples_per_hour` and `usd_per_hour`,
+/// or a throughput goal's cost per hour; and whether the goal is met.
+fn against_goal(goal: Goal, samples_per_hour: f64, usd_per_hour: f64) -> (Option<f64>, Option<f64>, bool) {
+    match goal {
+        Goal::Samples { samples, deadline_hours } => {
+            let completion = (samples_per_hour > 0.0).then(|| samples / samples_per_hour);
+            let met = completion.is_some_and(|c| c <= deadline_hours);
+            (completion, completion.map(|c| c * usd_per_hour), met)
+        }
+        Goal::Throughput { samples_per_hour: floor } => (None, Some(usd_per_hour), samples_per_hour >= floor),
+    }
 }
 
 /// Expected time a capped fleet's changes cost, ms per hour of training, and
@@ -301,14 +339,7 @@ pub fn predict(
     };
     let usd_per_hour = mean * price;
     let per_million = (samples_per_hour > 0.0).then(|| usd_per_hour / samples_per_hour * 1e6);
-    let (completion_hours, usd, meets_goal) = match goal {
-        Goal::Samples { samples, deadline_hours } => {
-            let completion = (samples_per_hour > 0.0).then(|| samples / samples_per_hour);
-            let met = completion.is_some_and(|c| c <= deadline_hours);
-            (completion, completion.map(|c| c * usd_per_hour), met)
-        }
-        Goal::Throughput { samples_per_hour: floor } => (None, Some(usd_per_hour), samples_per_hour >= floor),
-    };
+    let (completion_hours, usd, meets_goal) = against_goal(goal, samples_per_hour, usd_per_hour);
     Prediction {
         offer: offer.to_string(),
         market,
@@ -321,6 +352,58 @@ pub fn predict(
         completion_hours,
         usd,
         meets_goal,
+        parts: vec![mix::Part { offer: offer.to_string(), requested, mean_instances: mean }],
+    }
+}
+
+/// Predicts a mixed spot request: `requested[t]` of each offer `offers[t]` (see [`mix`]).
+/// The throughput is the mean over the aligned markets of the fastest mixed layout on
+/// each interval's composition; the changes cost what they cost the mean composition's
+/// profile.
+fn predict_mix(
+    offers: &[&LoadedOffer],
+    requested: &[u32],
+    compositions: &mut mix::Compositions<'_>,
+    interval_ms: u64,
+    goal: Goal,
+) -> Prediction {
+    let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
+    let fleet = mix::MixedFleet::new(&markets, requested);
+    let hours = fleet.series.len() as f64 * interval_ms as f64 / 3_600_000.0;
+    let ideal = if fleet.counts.is_empty() {
+        0.0
+    } else {
+        fleet.counts.iter().map(|c| compositions.samples_per_second(c)).sum::<f64>()
+            / fleet.counts.len() as f64
+    };
+    let means = fleet.mean_instances();
+    let typical: Vec<u32> = means.iter().map(|m| m.round() as u32).collect();
+    compositions.prepare(std::slice::from_ref(&typical));
+    let (lost_ms_per_hour, mean) =
+        change_cost_ms_per_hour(compositions.profile(&typical), &fleet.series, hours);
+    let overhead = (lost_ms_per_hour / 3_600_000.0).clamp(0.0, 1.0);
+    let samples_per_hour = ideal * 3600.0 * (1.0 - overhead);
+    let usd_per_hour: f64 = means.iter().zip(offers).map(|(m, o)| m * o.prices.spot_usd_per_hour).sum();
+    let (completion_hours, usd, meets_goal) = against_goal(goal, samples_per_hour, usd_per_hour);
+    let parts: Vec<mix::Part> = offers
+        .iter()
+        .zip(requested)
+        .zip(&means)
+        .map(|((o, &n), &m)| mix::Part { offer: o.offer.name.clone(), requested: n, mean_instances: m })
+        .collect();
+    Prediction {
+        offer: parts.iter().map(|p| format!("{} x {}", p.requested, p.offer)).collect::<Vec<_>>().join(" + "),
+        market: Market::Spot,
+        requested: requested.iter().sum(),
+        mean_instances: mean,
+        overhead,
+        samples_per_hour,
+        usd_per_hour,
+        usd_per_million_samples: (samples_per_hour > 0.0).then(|| usd_per_hour / samples_per_hour * 1e6),
+        completion_hours,
+        usd,
+        meets_goal,
+        parts,
     }
 }
 
@@ -369,31 +452,32 @@ pub struct Simulated {
     pub meets_goal: bool,
 }
 
-/// Completion time and cost of `goal` read off a simulated run.
+/// Completion time and cost of `goal` read off a simulated run whose interval costs
+/// `usd_of(record)` dollars.
 fn outcome(
     result: &parcae_sim::SimResult,
     interval_ms: u64,
-    price: f64,
+    usd_of: impl Fn(&parcae_sim::IntervalRecord) -> f64,
     goal: Goal,
 ) -> (Option<f64>, bool, Option<f64>) {
     let t = &result.totals;
-    let rate_usd = if t.hours > 0.0 { t.instance_hours * price / t.hours } else { 0.0 };
+    let total_usd: f64 = result.intervals.iter().map(&usd_of).sum();
+    let rate_usd = if t.hours > 0.0 { total_usd / t.hours } else { 0.0 };
     match goal {
         Goal::Throughput { .. } => (None, false, Some(rate_usd)),
         Goal::Samples { samples, .. } => {
             let interval_h = interval_ms as f64 / 3_600_000.0;
             let mut cumulative = 0.0;
-            let mut paid_h = 0.0;
+            let mut paid = 0.0;
             for r in &result.intervals {
                 let next = cumulative + r.samples;
                 if next >= samples && r.samples > 0.0 {
                     let frac = ((samples - cumulative) / r.samples).clamp(0.0, 1.0);
                     let hours = (r.interval as f64 + frac) * interval_h;
-                    let usd = (paid_h + f64::from(r.instances) * interval_h * frac) * price;
-                    return (Some(hours), false, Some(usd));
+                    return (Some(hours), false, Some(paid + usd_of(r) * frac));
                 }
                 cumulative = next;
-                paid_h += f64::from(r.instances) * interval_h;
+                paid += usd_of(r);
             }
             if t.samples_per_hour > 0.0 {
                 let hours = samples / t.samples_per_hour;
@@ -403,6 +487,12 @@ fn outcome(
             }
         }
     }
+}
+
+/// What an interval of a single-type fleet costs at `price` per instance-hour.
+fn per_instance(price: f64, interval_ms: u64) -> impl Fn(&parcae_sim::IntervalRecord) -> f64 {
+    let hours = interval_ms as f64 / 3_600_000.0;
+    move |r| f64::from(r.instances) * hours * price
 }
 
 /// Runs `series` through the policy and scores it; `progress` advances one
@@ -431,6 +521,69 @@ fn simulate_candidate(
         MigrationMode::Live,
         recovery,
     )?)
+}
+
+/// The simulated outcome of candidate `c`, whose intervals cost `usd_of(record)`.
+fn simulated_row(
+    c: &Prediction,
+    result: &parcae_sim::SimResult,
+    usd_of: impl Fn(&parcae_sim::IntervalRecord) -> f64,
+    interval_ms: u64,
+    goal: Goal,
+) -> Simulated {
+    let t = &result.totals;
+    let total_usd: f64 = result.intervals.iter().map(&usd_of).sum();
+    let usd_per_hour = if t.hours > 0.0 { total_usd / t.hours } else { 0.0 };
+    let (completion_hours, extrapolated, usd) = outcome(result, interval_ms, usd_of, goal);
+    let meets_goal = match goal {
+        Goal::Samples { deadline_hours, .. } => completion_hours.is_some_and(|h| h <= deadline_hours),
+        Goal::Throughput { samples_per_hour } => t.samples_per_hour >= samples_per_hour,
+    };
+    Simulated {
+        offer: c.offer.clone(),
+        market: c.market,
+        requested: c.requested,
+        hours: t.hours,
+        samples: t.samples,
+        samples_per_hour: t.samples_per_hour,
+        usd_per_hour,
+        usd_per_million_samples: (t.samples > 0.0).then(|| total_usd / t.samples * 1e6),
+        completion_hours,
+        extrapolated,
+        usd,
+        meets_goal,
+    }
+}
+
+/// Runs a mixed request through the policy and scores it, each interval with its
+/// composition's profile (see [`mix`]); `progress` advances one unit per interval.
+fn simulate_mix(
+    offers: &[&LoadedOffer],
+    requested: &[u32],
+    interval_ms: u64,
+    policy: &mut GuardedPolicy,
+    horizon: u32,
+    recovery: Recovery,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<(mix::MixedFleet, parcae_sim::SimResult)> {
+    let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
+    let fleet = mix::MixedFleet::new(&markets, requested);
+    let mut compositions = mix::Compositions::new(offers.iter().map(|o| &o.profile).collect());
+    compositions.prepare(&fleet.counts);
+    let profiles: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.profile(c)).collect();
+    let fleet_max = fleet.series.iter().map(|s| s.instances).max().unwrap_or(0);
+    let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
+    let decisions = replay_profiles(&fleet.series, |k| profiles[k], policy, &settings, |_| progress.inc(1));
+    let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
+    let prices = Prices {
+        spot_usd_per_hour: offers.iter().map(|o| o.prices.spot_usd_per_hour).sum::<f64>()
+            / offers.len().max(1) as f64,
+        on_demand_usd_per_hour: offers.iter().map(|o| o.prices.on_demand_usd_per_hour).sum::<f64>()
+            / offers.len().max(1) as f64,
+    };
+    let result =
+        parcae_sim::simulate_profiles(&profiles, &fleet.series, interval_ms, &configs, prices, recovery)?;
+    Ok((fleet, result))
 }
 
 /// Everything `provision` found, for `--json`.
@@ -558,6 +711,31 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             }
         }
     }
+    // Mixed spot fleets over every pair of offers of one model and batch.
+    for (i, a) in loaded.iter().enumerate() {
+        for b in &loaded[i + 1..] {
+            let same_batch = (a.profile.global_batch_size, a.profile.micro_batch_size)
+                == (b.profile.global_batch_size, b.profile.micro_batch_size);
+            if a.profile.model != b.profile.model || !same_batch {
+                continue;
+            }
+            let mut compositions = mix::Compositions::new(vec![&a.profile, &b.profile]);
+            let most = |l: &LoadedOffer| args.max_instances.unwrap_or(l.market.peak()).min(l.market.peak());
+            // Fewer instances of a type than its shallowest pipeline never hold a replica:
+            // such a "mix" pays for idle instances.
+            let least = |l: &LoadedOffer| {
+                l.profile.configs.iter().map(|c| c.config.pipeline_stages).min().unwrap_or(1).max(1)
+            };
+            for n_a in least(a)..=most(a) {
+                for n_b in least(b)..=most(b) {
+                    let p = predict_mix(&[a, b], &[n_a, n_b], &mut compositions, interval_ms, goal);
+                    if p.samples_per_hour > 0.0 {
+                        candidates.push(p);
+                    }
+                }
+            }
+        }
+    }
     anyhow::ensure!(
         !candidates.is_empty(),
         "no candidate: no profiled layout fits any fleet the offers allow"
@@ -609,16 +787,55 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     let policies = args.policies.load(&runtime).with_context(|| format!("loading policy {spec}"))?;
     let mut simulated = Vec::new();
     let chosen: Vec<&Prediction> = candidates.iter().filter(|c| c.meets_goal).take(args.simulate).collect();
-    let chosen: Vec<&Prediction> =
+    let mut chosen: Vec<&Prediction> =
         if chosen.is_empty() { candidates.iter().take(args.simulate.min(1)).collect() } else { chosen };
+    // The best mix is shown against the best single-type fleet: both are simulated.
+    if args.simulate > 0 {
+        for best in [candidates.iter().find(|c| c.is_mix()), candidates.iter().find(|c| !c.is_mix())]
+            .into_iter()
+            .flatten()
+        {
+            if !chosen.iter().any(|c| std::ptr::eq(*c, best)) {
+                chosen.push(best);
+            }
+        }
+    }
     // One unit per simulated interval: a policy that plans slowly makes this the long part.
     let intervals: usize = chosen
         .iter()
-        .filter_map(|c| loaded.iter().find(|l| l.offer.name == c.offer))
-        .map(|l| l.market.series.len())
+        .filter_map(|c| {
+            c.parts
+                .iter()
+                .filter_map(|p| loaded.iter().find(|l| l.offer.name == p.offer))
+                .map(|l| l.market.series.len())
+                .min()
+        })
         .sum();
     let progress = crate::progress::bar(intervals as u64, "simulating");
     for c in chosen {
+        if c.is_mix() {
+            progress.set_message(c.offer.clone());
+            let offers: Vec<&LoadedOffer> =
+                c.parts.iter().filter_map(|p| loaded.iter().find(|l| l.offer.name == p.offer)).collect();
+            let requested: Vec<u32> = c.parts.iter().map(|p| p.requested).collect();
+            let (recovery, _) = args.notice.recovery_for(&offers[0].offer.trace, &constants)?;
+            let mut policy = policies.guarded();
+            let (fleet, result) = simulate_mix(
+                &offers,
+                &requested,
+                interval_ms,
+                &mut policy,
+                args.horizon,
+                recovery,
+                &progress,
+            )
+            .with_context(|| format!("simulating {}", c.offer))?;
+            let prices: Vec<f64> = offers.iter().map(|o| o.prices.spot_usd_per_hour).collect();
+            let usd_of =
+                |r: &parcae_sim::IntervalRecord| fleet.usd_of_interval(r.interval, interval_ms, &prices);
+            simulated.push(simulated_row(c, &result, usd_of, interval_ms, goal));
+            continue;
+        }
         progress.set_message(format!("{} x {} ({})", c.requested, c.offer, c.market.as_str()));
         let Some(l) = loaded.iter().find(|l| l.offer.name == c.offer) else { continue };
         let series = match c.market {
@@ -642,27 +859,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             &progress,
         )
         .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
-        let t = &result.totals;
-        let usd_per_hour = if t.hours > 0.0 { t.instance_hours * price / t.hours } else { 0.0 };
-        let (completion_hours, extrapolated, usd) = outcome(&result, interval_ms, price, goal);
-        let meets_goal = match goal {
-            Goal::Samples { deadline_hours, .. } => completion_hours.is_some_and(|h| h <= deadline_hours),
-            Goal::Throughput { samples_per_hour } => t.samples_per_hour >= samples_per_hour,
-        };
-        simulated.push(Simulated {
-            offer: c.offer.clone(),
-            market: c.market,
-            requested: c.requested,
-            hours: t.hours,
-            samples: t.samples,
-            samples_per_hour: t.samples_per_hour,
-            usd_per_hour,
-            usd_per_million_samples: (t.samples > 0.0).then(|| usd_per_hour * t.hours / t.samples * 1e6),
-            completion_hours,
-            extrapolated,
-            usd,
-            meets_goal,
-        });
+        simulated.push(simulated_row(c, &result, per_instance(price, interval_ms), interval_ms, goal));
     }
     progress.finish_and_clear();
 
@@ -676,7 +873,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         else {
             continue;
         };
-        let name = format!("{} x {} ({})", s.requested, s.offer, s.market.as_str());
+        let name = p.name();
         table.add_row(vec![
             name.clone(),
             "predicted".to_string(),
@@ -706,21 +903,20 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     );
     match (candidates.first(), simulated.first()) {
         (Some(best), Some(sim)) if best.meets_goal => println!(
-            "recommendation: request {} x {} at {} prices: predicted {}, simulated {}",
-            best.requested,
-            best.offer,
-            best.market.as_str(),
+            "recommendation: request {}: predicted {}, simulated {}",
+            best.name(),
             summary(goal, best.completion_hours, best.usd, best.samples_per_hour),
             summary(goal, sim.completion_hours, sim.usd, sim.samples_per_hour),
         ),
         (Some(best), _) => println!(
-            "no candidate meets the goal; the fastest is {} x {} ({}) at {:.0} samples/h",
-            best.requested,
-            best.offer,
-            best.market.as_str(),
+            "no candidate meets the goal; the fastest is {} at {:.0} samples/h",
+            best.name(),
             best.samples_per_hour
         ),
         _ => {}
+    }
+    if let Some(line) = mix_against_single(&candidates, &simulated, goal) {
+        println!("{line}");
     }
     if let Some(path) = &args.json {
         let report = Report { goal, model, policy: spec.to_string(), candidates, simulated };
@@ -730,6 +926,31 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         println!("report written to {}", path.display());
     }
     Ok(())
+}
+
+/// The best mix against the best single-type fleet, simulated, when both were.
+fn mix_against_single(candidates: &[Prediction], simulated: &[Simulated], goal: Goal) -> Option<String> {
+    let sim_of = |p: &Prediction| {
+        simulated.iter().find(|s| s.offer == p.offer && s.market == p.market && s.requested == p.requested)
+    };
+    let mix = candidates.iter().find(|c| c.is_mix())?;
+    let single = candidates.iter().find(|c| !c.is_mix())?;
+    let (sm, ss) = (sim_of(mix)?, sim_of(single)?);
+    let verdict = match (sm.usd, ss.usd, sm.meets_goal, ss.meets_goal) {
+        (Some(m), Some(s), true, true) if s > 0.0 => {
+            format!("the mix costs {:+.1}% against the single type", (m / s - 1.0) * 100.0)
+        }
+        (_, _, true, false) => "only the mix meets the goal".to_string(),
+        (_, _, false, true) => "only the single type meets the goal".to_string(),
+        _ => "neither meets the goal in simulation".to_string(),
+    };
+    Some(format!(
+        "best mix {}: simulated {}; best single type {}: simulated {}; {verdict}",
+        mix.name(),
+        summary(goal, sm.completion_hours, sm.usd, sm.samples_per_hour),
+        single.name(),
+        summary(goal, ss.completion_hours, ss.usd, ss.samples_per_hour),
+    ))
 }
 
 fn describe_goal(goal: Goal, model: &str) -> String {
@@ -835,6 +1056,49 @@ mod tests {
         assert_eq!(predict(&toy(), "t", &market, Market::Spot, 2, prices, floor).usd, Some(1.5));
     }
 
+    /// `(D, samples/s)` at depth 1, iteration times consistent with a batch of 10.
+    fn consistent(layouts: &[(u32, f64)]) -> ModelProfile {
+        let mut p = toy();
+        p.configs = layouts
+            .iter()
+            .map(|&(d, sps)| ConfigProfile {
+                config: ParallelConfig::new(d, 1),
+                samples_per_second: sps,
+                iteration_ms: 10.0 / sps * 1000.0,
+                comm_rebuild_add_ms: 0.0,
+                comm_rebuild_remove_ms: 0.0,
+                model_build_ms: 0.0,
+            })
+            .collect();
+        p
+    }
+
+    #[test]
+    fn a_mixed_request_is_predicted_from_both_markets() {
+        let offer = |name: &str, profile: ModelProfile, spot: f64, counts: &[u32]| LoadedOffer {
+            offer: parse_offer(&format!("{name}=x.csv")).unwrap(),
+            profile,
+            prices: Prices { spot_usd_per_hour: spot, on_demand_usd_per_hour: 4.0 * spot },
+            market: MarketTrace { series: IntervalStats::chain_from(0, counts), interval_ms: 60_000 },
+        };
+        let a = offer("a", consistent(&[(1, 10.0), (2, 19.0)]), 1.0, &[1; 60]);
+        let b = offer("b", consistent(&[(1, 5.0), (2, 9.5)]), 0.25, &[2; 60]);
+        let mut compositions = mix::Compositions::new(vec![&a.profile, &b.profile]);
+        let goal = Goal::Throughput { samples_per_hour: 1.0 };
+        let p = predict_mix(&[&a, &b], &[1, 1], &mut compositions, 60_000, goal);
+        // A steady fleet of one of each: the best mixed layout all along, nothing lost.
+        let (config, step) =
+            parcae_policy_core::mixed::best_mixed(&[&a.profile, &b.profile], &[1, 1]).unwrap();
+        assert_eq!(config.replicas, [1, 1]);
+        assert!((p.samples_per_hour - step.samples_per_second * 3600.0).abs() < 1e-6, "{p:?}");
+        assert!(p.samples_per_hour > 10.0 * 3600.0, "the mix beats the fast type alone: {p:?}");
+        assert_eq!(p.usd_per_hour, 1.25);
+        assert_eq!((p.requested, p.mean_instances), (2, 2.0));
+        assert!(p.is_mix());
+        assert_eq!(p.name(), "1 x a + 1 x b (spot)");
+        assert!(p.meets_goal);
+    }
+
     #[test]
     fn simulated_outcome_reads_completion_off_the_run() {
         let profile = toy();
@@ -844,43 +1108,46 @@ mod tests {
         let result = parcae_sim::simulate(&profile, &series, 60_000, &configs, prices).unwrap();
         // 20/s: 1200 samples per minute; 6000 samples after 5 minutes.
         let goal = Goal::Samples { samples: 6000.0, deadline_hours: 1.0 };
-        let (hours, extrapolated, usd) = outcome(&result, 60_000, 1.0, goal);
+        let (hours, extrapolated, usd) = outcome(&result, 60_000, per_instance(1.0, 60_000), goal);
         assert!((hours.unwrap() - 5.0 / 60.0).abs() < 1e-12);
         assert!(!extrapolated);
         assert!((usd.unwrap() - 2.0 * 5.0 / 60.0).abs() < 1e-12);
         // Beyond the trace: extrapolated at the run's rate.
         let goal = Goal::Samples { samples: 72_000.0 * 2.0, deadline_hours: 3.0 };
-        let (hours, extrapolated, usd) = outcome(&result, 60_000, 1.0, goal);
+        let (hours, extrapolated, usd) = outcome(&result, 60_000, per_instance(1.0, 60_000), goal);
         assert_eq!(hours, Some(2.0));
         assert!(extrapolated);
-        assert_eq!(usd, Some(4.0));
+        // Two instances at $1/h for two hours (summed interval by interval).
+        assert!((usd.unwrap() - 4.0).abs() < 1e-9, "{usd:?}");
     }
 
     #[test]
     fn end_to_end_on_the_demo_trace() {
         let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/traces/demo-8node.csv");
         let json = std::env::temp_dir().join(format!("parcae-provision-{}.json", std::process::id()));
-        let args = ProvisionArgs {
-            profile: ProfileArgs { profile: None, model: None, cost_constants: None },
-            offers: vec![format!("small={demo},spot=0.5,on-demand=2")],
-            input: TraceInput { format: None, interval_seconds: 60 },
-            samples: Some(20_000.0),
-            deadline_hours: Some(2.0),
-            min_samples_per_hour: None,
-            max_instances: None,
-            spot_only: false,
-            policies: PolicyArgs { policy: None, predictor: None, optimizer: None },
-            horizon: 8,
-            simulate: 2,
-            json: Some(json.clone()),
-            sandbox: SandboxArgs {
-                fuel: 10_000_000_000,
-                deadline_ms: 5_000,
-                memory_mib: 256,
-                compile_cache: None,
-            },
-            notice: NoticeArgs { notice_seconds: None },
-        };
+        let make =
+            |offers: Vec<String>, json: Option<PathBuf>, spot_only: bool, simulate: usize| ProvisionArgs {
+                profile: ProfileArgs { profile: None, model: None, cost_constants: None },
+                offers,
+                input: TraceInput { format: None, interval_seconds: 60 },
+                samples: Some(20_000.0),
+                deadline_hours: Some(2.0),
+                min_samples_per_hour: None,
+                max_instances: None,
+                spot_only,
+                policies: PolicyArgs { policy: None, predictor: None, optimizer: None },
+                horizon: 8,
+                simulate,
+                json,
+                sandbox: SandboxArgs {
+                    fuel: 10_000_000_000,
+                    deadline_ms: 5_000,
+                    memory_mib: 256,
+                    compile_cache: None,
+                },
+                notice: NoticeArgs { notice_seconds: None },
+            };
+        let args = make(vec![format!("small={demo},spot=0.5,on-demand=2")], Some(json.clone()), false, 2);
         run(&args).unwrap();
         let report: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -903,8 +1170,28 @@ mod tests {
             (best["samples_per_hour"].as_f64().unwrap(), simulated[0]["samples_per_hour"].as_f64().unwrap());
         assert!(s > 0.5 * p && s < 1.5 * p, "predicted {p}, simulated {s}");
 
+        // Two types: every mix of the two is predicted, and the best mix and the best single
+        // type are both simulated.
+        let offers =
+            vec![format!("small={demo},spot=0.5,on-demand=2"), format!("other={demo},spot=0.4,on-demand=2")];
+        let two = make(offers, Some(json.clone()), true, 1);
+        run(&two).unwrap();
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&json);
+        let candidates = report["candidates"].as_array().unwrap();
+        let mixes = candidates.iter().filter(|c| c["parts"].as_array().unwrap().len() == 2).count();
+        // The example profile's shallowest pipeline is one stage: 1..=8 of each type.
+        assert_eq!(mixes, 64);
+        let simulated = report["simulated"].as_array().unwrap();
+        assert!(simulated.iter().any(|s| s["offer"].as_str().unwrap().contains(" + ")), "{simulated:?}");
+        assert!(simulated.iter().any(|s| !s["offer"].as_str().unwrap().contains(" + ")), "{simulated:?}");
+        for s in simulated {
+            assert!(s["samples_per_hour"].as_f64().unwrap() > 0.0, "{s}");
+        }
+
         // Errors name the offer.
-        let bad = ProvisionArgs { offers: vec!["small=/nonexistent.csv".into()], json: None, ..args };
+        let bad = make(vec!["small=/nonexistent.csv".into()], None, false, 2);
         let e = format!("{:#}", run(&bad).unwrap_err());
         assert!(e.contains("--offer small") && e.contains("nonexistent.csv"), "{e}");
     }
