@@ -271,6 +271,11 @@ pub struct Layout {
     pub pipeline_stages: usize,
     /// The layer range each stage owns, in order, covering every layer once.
     pub stages: Vec<Range<usize>>,
+    /// Micro-batches each replica trains per step, when replicas run on instances of
+    /// different speeds (a mixed fleet: the faster take more, so all finish together);
+    /// empty for the even split.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<usize>,
 }
 
 impl Layout {
@@ -291,7 +296,42 @@ impl Layout {
             LayoutError::Config { reason, .. } => LayoutError::Config { d, p, reason },
             other => other,
         })?;
-        Ok(Layout { data_parallel: d, pipeline_stages: p, stages })
+        Ok(Layout { data_parallel: d, pipeline_stages: p, stages, shares: Vec::new() })
+    }
+
+    /// This layout with replica `r` training `shares[r]` micro-batches per step: one share
+    /// per replica, each at least one, together every micro-batch of the step.
+    pub fn with_shares(mut self, spec: &ModelSpec, shares: Vec<usize>) -> Result<Layout, LayoutError> {
+        let (d, p) = (self.data_parallel, self.pipeline_stages);
+        let m = spec.micro_batches();
+        if shares.len() != d || shares.contains(&0) || shares.iter().sum::<usize>() != m {
+            return Err(LayoutError::Config {
+                d,
+                p,
+                reason: format!(
+                    "shares {shares:?}: need one per replica, each at least 1, summing to the {m} micro-batches per step"
+                ),
+            });
+        }
+        self.shares = shares;
+        Ok(self)
+    }
+
+    /// The layout whose shares balance replicas of these speeds: `tick_ms[r]` is how long
+    /// replica `r` takes per micro-batch through its slowest stage
+    /// ([`parcae_policy_core::mixed::balanced_split`]).
+    pub fn for_speeds(spec: &ModelSpec, p: usize, tick_ms: &[f64]) -> Result<Layout, LayoutError> {
+        let layout = Layout::new(spec, tick_ms.len(), p)?;
+        let m = spec.micro_batches();
+        let split =
+            parcae_policy_core::mixed::balanced_split(tick_ms, m as u32, p as u32).ok_or_else(|| {
+                LayoutError::Config {
+                    d: tick_ms.len(),
+                    p,
+                    reason: format!("more replicas than the {m} micro-batches"),
+                }
+            })?;
+        layout.with_shares(spec, split.into_iter().map(|k| k as usize).collect())
     }
 
     /// Workers the layout needs.
@@ -311,8 +351,13 @@ impl Layout {
     }
 
     /// The micro-batches (indices into the step's global batch) a replica trains on:
-    /// a contiguous share, so any D covers every micro-batch exactly once.
+    /// a contiguous share (its [`Layout::shares`], or an even split), so any D covers every
+    /// micro-batch exactly once.
     pub fn micro_batches_of(&self, spec: &ModelSpec, replica: usize) -> Range<usize> {
+        if self.shares.len() == self.data_parallel {
+            let start: usize = self.shares[..replica.min(self.shares.len())].iter().sum();
+            return start..start + self.shares.get(replica).copied().unwrap_or(0);
+        }
         let m = spec.micro_batches();
         let d = self.data_parallel;
         (replica * m / d)..((replica + 1) * m / d)
@@ -322,6 +367,28 @@ impl Layout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_split_the_micro_batches_by_speed_and_cover_each_once() {
+        let spec = ModelSpec::default();
+        let m = spec.micro_batches();
+        // A replica three times as fast as the other takes three quarters of the batch.
+        let layout = Layout::for_speeds(&spec, 1, &[1.0, 3.0]).unwrap();
+        assert_eq!(layout.shares, [m * 3 / 4, m / 4]);
+        assert_eq!(layout.micro_batches_of(&spec, 0), 0..m * 3 / 4);
+        assert_eq!(layout.micro_batches_of(&spec, 1), m * 3 / 4..m);
+        let uneven = Layout::new(&spec, 3, 2).unwrap().with_shares(&spec, vec![1, m - 3, 2]).unwrap();
+        let covered: Vec<usize> = (0..3).flat_map(|r| uneven.micro_batches_of(&spec, r)).collect();
+        assert_eq!(covered, (0..m).collect::<Vec<_>>());
+        // Shares that leave a replica idle, miss micro-batches or do not fit D are refused.
+        for bad in [vec![0, m], vec![1, 1], vec![m]] {
+            let e = Layout::new(&spec, 2, 1).unwrap().with_shares(&spec, bad.clone()).unwrap_err();
+            assert!(e.to_string().contains("shares"), "{bad:?}: {e}");
+        }
+        // An even layout serialises as before (no shares field).
+        let json = serde_json::to_string(&Layout::new(&spec, 2, 1).unwrap()).unwrap();
+        assert!(!json.contains("shares"), "{json}");
+    }
 
     #[test]
     fn partitions_are_contiguous_cover_every_layer_and_balance() {

@@ -251,7 +251,7 @@ mod tests {
     use super::*;
 
     fn layout(d: usize, stages: Vec<Range<usize>>) -> Layout {
-        Layout { data_parallel: d, pipeline_stages: stages.len(), stages }
+        Layout { data_parallel: d, pipeline_stages: stages.len(), stages, shares: Vec::new() }
     }
 
     fn h(worker: WorkerId, layers: Range<usize>) -> Holding {

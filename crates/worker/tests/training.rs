@@ -106,6 +106,22 @@ fn d3_p2_matches_one_worker() {
     check_config(3, 2);
 }
 
+/// Replicas on instances of different speeds split the batch unevenly (a mixed fleet, the
+/// faster replica taking more micro-batches): still the model of one worker.
+#[test]
+fn uneven_shares_by_speed_match_one_worker() {
+    let spec = spec();
+    // Three times as fast, two stages: (7 + 1) ticks of 1 against (1 + 1) of 3.
+    let layout = Layout::for_speeds(&spec, 2, &[1.0, 3.0]).unwrap();
+    assert_eq!(layout.shares, [7, 1]);
+    let run = train_local(&layout, fresh(&spec, &layout), STEPS).unwrap();
+    let (want, losses) = reference();
+    assert_close(&model_state(&run, &layout), want, "(2,2) with shares [7, 1]", false);
+    for (a, b) in run.losses.iter().zip(losses) {
+        assert!((a - b).abs() < 1e-5, "loss {a} vs {b}");
+    }
+}
+
 /// (2,2) for two steps, then every layer's state goes through its byte format into a
 /// (3,3) layout for one step, then through a checkpoint into (1,2) for the last step.
 #[test]

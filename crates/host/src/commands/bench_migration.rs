@@ -112,6 +112,7 @@ fn replay_strategy(
             data_parallel: config.data_parallel as usize,
             pipeline_stages: config.pipeline_stages as usize,
             stages,
+            shares: Vec::new(),
         };
         // Same layout and every slot's worker still alive: nothing to do.
         let unchanged = current.as_ref() == Some(&target)

@@ -66,7 +66,10 @@ fn observe(events: &[Timed]) -> Observed {
                 // between steps (commit, the control loop, checkpoint snapshots), which a
                 // run pays as often as it steps. Timed in the passes, with the whole fleet
                 // alive, so the contention of every worker process is in the number.
-                if warm && in_passes && let Some(last) = last_step {
+                if warm
+                    && in_passes
+                    && let Some(last) = last_step
+                {
                     o.steps
                         .entry((*data_parallel as u32, *pipeline_stages as u32))
                         .or_default()
