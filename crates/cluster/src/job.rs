@@ -117,7 +117,7 @@ pub enum ReconfigureDecision {
     /// No layout fits and no state needs a new home: stop training until one fits.
     Pause,
     /// Send these commands.
-    Execute(ReconfigurePlan),
+    Execute(Box<ReconfigurePlan>),
 }
 
 /// One reconfiguration, ready to send.
@@ -448,14 +448,14 @@ impl JobState {
             );
         }
         self.epoch = epoch;
-        Ok(ReconfigureDecision::Execute(ReconfigurePlan {
+        Ok(ReconfigureDecision::Execute(Box::new(ReconfigurePlan {
             epoch,
             target,
             migration,
             step,
             parking,
             commands,
-        }))
+        })))
     }
 
     /// Stops training (no layout fits); returns whether a layout was running.
@@ -580,7 +580,7 @@ mod tests {
 
     fn execute(decision: ReconfigureDecision) -> ReconfigurePlan {
         match decision {
-            ReconfigureDecision::Execute(plan) => plan,
+            ReconfigureDecision::Execute(plan) => *plan,
             other => panic!("expected a plan, got {other:?}"),
         }
     }

@@ -624,7 +624,7 @@ async fn reconfigure(
             }
             return Ok(());
         }
-        ReconfigureDecision::Execute(plan) => plan,
+        ReconfigureDecision::Execute(plan) => *plan,
     };
     let started = Instant::now();
     let commands: BTreeMap<WorkerId, WorkerCommand> =
