@@ -66,12 +66,15 @@ impl JobCheckpoint {
 }
 
 /// How the host reaches a worker (what a peer dials and checks).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorkerContact {
     /// The name on its cluster certificate.
     pub name: String,
     /// Where it listens for the host and its peers.
     pub addr: SocketAddr,
+    /// How many times as long its compute takes as the nominal worker's (its instance
+    /// type's speed; 1 in a fleet of one type): the batch is split by it.
+    pub slowdown: f64,
 }
 
 /// Why the job cannot move on as asked.
@@ -99,6 +102,9 @@ pub enum JobError {
         /// Why no one-replica layout fits them.
         reason: String,
     },
+    /// The batch cannot be split by the assigned workers' speeds.
+    #[error("splitting the batch by the workers' speeds: {0}")]
+    Split(String),
     /// Some workers reported failure, so the epoch does not commit.
     #[error("reconfiguration epoch {epoch} failed on {}", failures.join("; "))]
     ReconfigureFailed {
@@ -249,6 +255,30 @@ pub fn effective_layout(
     Layout::new(spec, config.data_parallel as usize, config.pipeline_stages as usize).ok()
 }
 
+/// `target` with its batch split by the speeds of the workers assigned to it: a replica
+/// runs at its slowest worker's pace, and the faster replicas take more micro-batches
+/// ([`Layout::for_speeds`]). Workers of one speed keep the even split.
+fn shares_by_speed(
+    spec: &ModelSpec,
+    target: Layout,
+    assignment: &[(Slot, WorkerId)],
+    contacts: &BTreeMap<WorkerId, WorkerContact>,
+) -> Result<Layout, JobError> {
+    let mut ticks = vec![1.0f64; target.data_parallel];
+    for &(slot, worker) in assignment {
+        let slowdown = contacts.get(&worker).ok_or(JobError::NoContact(worker))?.slowdown;
+        if let Some(t) = ticks.get_mut(slot.replica) {
+            *t = t.max(slowdown);
+        }
+    }
+    if ticks.iter().all(|t| *t == ticks[0]) {
+        return Ok(target.without_shares());
+    }
+    let split = Layout::for_speeds(spec, target.pipeline_stages, &ticks)
+        .map_err(|e| JobError::Split(e.to_string()))?;
+    Ok(Layout { shares: split.shares, ..target })
+}
+
 /// The job's state between commands.
 #[derive(Debug, Clone, Default)]
 pub struct JobState {
@@ -365,7 +395,8 @@ impl JobState {
         strategy: AssignmentStrategy,
     ) -> Result<ReconfigureDecision, JobError> {
         let current_ok = self.layout.is_some()
-            && self.layout == target
+            && self.layout.as_ref().map(Layout::without_shares)
+                == target.as_ref().map(Layout::without_shares)
             && self.slots.len() == target.as_ref().map_or(0, Layout::workers)
             && self.slots.keys().all(|id| staying.contains(id));
         if current_ok {
@@ -400,6 +431,7 @@ impl JobState {
             self.step
         };
         let contact = |id: WorkerId| contacts.get(&id).ok_or(JobError::NoContact(id));
+        let target = shares_by_speed(spec, target, &migration.assignment, contacts)?;
         let peers = migration
             .assignment
             .iter()
@@ -569,7 +601,7 @@ mod tests {
         ids.iter()
             .map(|&id| {
                 let addr = SocketAddr::from(([127, 0, 0, 1], 9000 + id as u16));
-                (id, WorkerContact { name: format!("worker-{id}"), addr })
+                (id, WorkerContact { name: format!("worker-{id}"), addr, slowdown: 1.0 })
             })
             .collect()
     }

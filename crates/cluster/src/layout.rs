@@ -317,6 +317,11 @@ impl Layout {
         Ok(self)
     }
 
+    /// The same layout with the even split.
+    pub fn without_shares(&self) -> Layout {
+        Layout { shares: Vec::new(), ..self.clone() }
+    }
+
     /// The layout whose shares balance replicas of these speeds: `tick_ms[r]` is how long
     /// replica `r` takes per micro-batch through its slowest stage
     /// ([`parcae_policy_core::mixed::balanced_split`]).

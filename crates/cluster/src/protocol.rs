@@ -33,6 +33,19 @@ pub struct Hello {
     pub peer_addr: SocketAddr,
     /// What the worker trains on ("cpu", "cuda:0").
     pub device: String,
+    /// Its instance type ("p3.2xlarge"; empty when not said): a mixed fleet splits the
+    /// batch by the types' speeds.
+    #[serde(default)]
+    pub instance_type: String,
+    /// How many times as long its compute takes as the fleet's nominal worker (1 unless it
+    /// emulates a slower type, `parcae-worker --emulate-slowdown`); what the batch split
+    /// weighs replicas by.
+    #[serde(default = "nominal_speed")]
+    pub slowdown: f64,
+}
+
+fn nominal_speed() -> f64 {
+    1.0
 }
 
 /// The host's answer to [`Hello`].

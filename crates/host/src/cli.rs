@@ -9,7 +9,8 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::{
-    bench, bench_fidelity, bench_migration, policy, profile, provision, replay, run as train, trace,
+    bench, bench_fidelity, bench_migration, bench_mixed, policy, profile, provision, replay, run as train,
+    trace,
 };
 
 /// Parcae: train on spot instances, reconfiguring before preemptions hit.
@@ -59,6 +60,9 @@ pub enum Command {
     /// How well the simulator predicts real runs here: profile this deployment, run the
     /// demo and calm traces with it, table each run's measured against simulated figures.
     BenchFidelity(bench_fidelity::FidelityArgs),
+    /// Does the mixed-fleet model predict a run whose workers have two speeds? Profile each
+    /// type alone (one emulating a slower type), run one of each, compare.
+    BenchMixed(bench_mixed::MixedBenchArgs),
     /// Train for real: start (or accept) workers, replay a trace's preemptions
     /// and allocations against them, and migrate live state as the policy plans.
     Run(Box<train::RunArgs>),
@@ -118,6 +122,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::BenchMigration(args) => bench_migration::run(&args),
         Command::Profile(args) => profile::run(&args),
         Command::BenchFidelity(args) => bench_fidelity::run(&args),
+        Command::BenchMixed(args) => bench_mixed::run(&args),
         Command::Run(args) => train::run(&args),
     }
 }

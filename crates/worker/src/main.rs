@@ -64,6 +64,13 @@ struct Cli {
     /// Threads libtorch may use for this worker's compute.
     #[arg(long, default_value_t = 1)]
     threads: i32,
+    /// The instance type this worker runs on, as the host should know it (a mixed fleet).
+    #[arg(long, default_value = "")]
+    instance_type: String,
+    /// Make compute take this many times as long: stand in for a slower instance type on one
+    /// machine (a mixed fleet tried out locally). 1 = as fast as this machine.
+    #[arg(long, default_value_t = 1.0)]
+    emulate_slowdown: f64,
     /// Logging: `-v` and `--log-format`.
     #[command(flatten)]
     log: parcae_logging::LogOptions,
@@ -284,7 +291,19 @@ async fn serve(
         parcae_net::frame::open_bi(&host_conn, StreamHeader::new(StreamKind::Control, 0))
             .await
             .context("opening the control stream")?;
-    let hello = Hello { protocol: PROTOCOL_VERSION, worker: id, peer_addr, device: format!("{device:?}") };
+    let slowdown = cli.emulate_slowdown;
+    anyhow::ensure!(
+        slowdown.is_finite() && slowdown >= 1.0,
+        "--emulate-slowdown {slowdown}: must be at least 1"
+    );
+    let hello = Hello {
+        protocol: PROTOCOL_VERSION,
+        worker: id,
+        peer_addr,
+        device: format!("{device:?}"),
+        instance_type: cli.instance_type.clone(),
+        slowdown,
+    };
     parcae_net::send_msg(&mut send, &hello).await?;
     let welcome: Welcome = parcae_net::recv_msg(&mut recv).await.context("waiting for the host's welcome")?;
     info!(worker = welcome.worker, %peer_addr, "welcomed by the host");
@@ -334,7 +353,7 @@ async fn serve(
     let compute = {
         let (spec, net, rt) = (welcome.spec.clone(), net.clone(), rt.clone());
         std::thread::Builder::new().name("compute".into()).spawn(move || -> anyhow::Result<()> {
-            let mut driver = Driver::new(spec, device, net, rt, peer_timeout, store)?;
+            let mut driver = Driver::new(spec, device, net, rt, peer_timeout, store, slowdown)?;
             while let Ok((command, reply)) = commands_rx.recv() {
                 let _ = reply.send(driver.handle(command));
             }

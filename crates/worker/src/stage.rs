@@ -108,6 +108,9 @@ pub struct StageTrainer {
     step: u64,
     layers: BTreeMap<usize, HeldLayer>,
     pending: Option<Pending>,
+    /// Compute runs this many times as long as it takes (>= 1): emulates a slower instance
+    /// type on one machine (a mixed fleet), by waiting after each micro-batch's compute.
+    slowdown: f64,
 }
 
 impl std::fmt::Debug for StageTrainer {
@@ -125,7 +128,7 @@ impl StageTrainer {
     /// A trainer holding no layers, at step 0 (it adopts the step of the first layer imported).
     pub fn new(spec: ModelSpec, device: Device) -> Result<Self, WorkerError> {
         spec.validate()?;
-        Ok(StageTrainer { spec, device, step: 0, layers: BTreeMap::new(), pending: None })
+        Ok(StageTrainer { spec, device, step: 0, layers: BTreeMap::new(), pending: None, slowdown: 1.0 })
     }
 
     /// A trainer holding freshly initialised `layers` at step 0.
@@ -161,6 +164,19 @@ impl StageTrainer {
     /// Where the tensors live.
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// Makes compute take `factor` times as long (>= 1; anything else is 1): a worker that
+    /// stands in for a slower instance type on one machine.
+    pub fn set_emulated_slowdown(&mut self, factor: f64) {
+        self.slowdown = if factor.is_finite() && factor > 1.0 { factor } else { 1.0 };
+    }
+
+    /// Waits as long again as the compute since `started` took, `slowdown - 1` times.
+    fn emulate_slowdown(&self, started: std::time::Instant) {
+        if self.slowdown > 1.0 {
+            std::thread::sleep(started.elapsed().mul_f64(self.slowdown - 1.0));
+        }
     }
 
     /// Committed optimizer steps: the next `compute_step` must be for this step.
@@ -317,6 +333,7 @@ impl StageTrainer {
                     a.f_to_device(self.device)?.f_to_kind(Kind::Float)?.f_detach()?.set_requires_grad(true);
                 (Some(a.shallow_clone()), a)
             };
+            let started = std::time::Instant::now();
             let mut h = x;
             for layer in range.clone() {
                 h = model::forward_layer(spec, layer, &self.layers[&layer].params, &h);
@@ -332,8 +349,10 @@ impl StageTrainer {
                     .f_log_softmax(-1, Kind::Float)?
                     .f_nll_loss::<Tensor>(&targets.f_view([-1])?, None, tch::Reduction::Mean, -100)?;
                 loss_sum += loss.f_double_value(&[])? * spec.micro_batch as f64;
+                self.emulate_slowdown(started);
                 loss * scale
             } else {
+                self.emulate_slowdown(started);
                 link.send_activation(step, m, &h.f_detach()?)?;
                 h
             };
@@ -345,12 +364,16 @@ impl StageTrainer {
         for f in in_flight.into_iter().rev() {
             let m = f.micro_batch;
             if last {
+                let started = std::time::Instant::now();
                 f.output.f_backward()?;
+                self.emulate_slowdown(started);
             } else {
                 let g = link.recv_grad(step, m)?;
                 check_shape("gradient", m, &g, &hidden)?;
                 let g = g.f_to_device(self.device)?.f_to_kind(Kind::Float)?;
+                let started = std::time::Instant::now();
                 f.output.f_mul(&g)?.f_sum(Kind::Float)?.f_backward()?;
+                self.emulate_slowdown(started);
             }
             if let Some(input) = f.input {
                 link.send_grad(step, m, &input.grad())?;

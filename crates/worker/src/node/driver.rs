@@ -71,8 +71,10 @@ impl Driver {
         rt: Handle,
         peer_timeout: Duration,
         store: Store,
+        slowdown: f64,
     ) -> Result<Self, WorkerError> {
-        let trainer = StageTrainer::new(spec.clone(), device)?;
+        let mut trainer = StageTrainer::new(spec.clone(), device)?;
+        trainer.set_emulated_slowdown(slowdown);
         Ok(Driver {
             spec,
             trainer,

@@ -450,6 +450,7 @@ mod tests {
             millis,
             parked: false,
             holders: holders.to_vec(),
+            shares: Vec::new(),
         }
     }
 

@@ -485,6 +485,7 @@ mod tests {
             millis,
             parked,
             holders: Vec::new(),
+            shares: Vec::new(),
         };
         let step = |samples| RunEvent::Step {
             step: 0,
@@ -543,6 +544,7 @@ mod tests {
             millis: 1.0,
             parked: false,
             holders,
+            shares: Vec::new(),
         };
         let decision = |interval| RunEvent::Decision {
             interval,

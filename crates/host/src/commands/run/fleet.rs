@@ -76,6 +76,8 @@ pub struct WorkerHandle {
     peer_addr: SocketAddr,
     /// Under a preemption notice (the cloud kills it when the grace period ends).
     leaving: bool,
+    /// Its compute time relative to the nominal worker's (its instance type's speed).
+    slowdown: f64,
 }
 
 /// How local workers are started.
@@ -86,6 +88,9 @@ pub struct LocalLaunch {
     pub logs: PathBuf,
     pub device: String,
     pub ca: Arc<ClusterCa>,
+    /// Instance types the local workers take in turn, with the slowdown each emulates
+    /// (`run --emulate-types`); empty: one type, full speed.
+    pub types: Vec<(String, f64)>,
 }
 
 /// Every worker of the run, local or joined.
@@ -145,6 +150,17 @@ impl Fleet {
             .arg(id.to_string())
             .arg("--device")
             .arg(&launch.device)
+            .args(match launch.types.get(id.saturating_sub(1) as usize % launch.types.len().max(1)) {
+                Some((name, slowdown)) => {
+                    vec![
+                        "--instance-type".to_string(),
+                        name.clone(),
+                        "--emulate-slowdown".to_string(),
+                        slowdown.to_string(),
+                    ]
+                }
+                None => Vec::new(),
+            })
             .args(parcae_logging::current().worker_args())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -252,11 +268,30 @@ impl Fleet {
             warn!(worker = id, "welcome not delivered");
             return None;
         }
-        info!(worker = id, addr = %hello.peer_addr, device = %hello.device, "worker joined");
+        info!(
+            worker = id,
+            addr = %hello.peer_addr,
+            device = %hello.device,
+            instance_type = %hello.instance_type,
+            slowdown = hello.slowdown,
+            "worker joined"
+        );
         self.shared.register_conn(id, link.conn.clone());
         tokio::spawn(forward_reports(id, link.conn.clone(), self.reports_tx.clone()));
-        self.workers
-            .insert(id, WorkerHandle { link, name: cert_name, peer_addr: hello.peer_addr, leaving: false });
+        self.workers.insert(
+            id,
+            WorkerHandle {
+                link,
+                name: cert_name,
+                peer_addr: hello.peer_addr,
+                leaving: false,
+                slowdown: if hello.slowdown.is_finite() && hello.slowdown >= 1.0 {
+                    hello.slowdown
+                } else {
+                    1.0
+                },
+            },
+        );
         Some(id)
     }
 
@@ -330,6 +365,11 @@ impl Fleet {
 
     pub fn peer_addr(&self, id: WorkerId) -> Option<SocketAddr> {
         self.workers.get(&id).map(|h| h.peer_addr)
+    }
+
+    /// A connected worker's compute time relative to the nominal worker's.
+    pub fn slowdown(&self, id: WorkerId) -> Option<f64> {
+        self.workers.get(&id).map(|h| h.slowdown)
     }
 
     /// The certificate name of a connected worker.

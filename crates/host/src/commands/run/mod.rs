@@ -115,6 +115,11 @@ pub struct RunArgs {
     /// Device the local workers train on: cpu, cuda, or auto (CUDA when present).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// A mixed fleet tried out on one machine: local workers take these instance types in
+    /// turn, each emulating its speed (`NAME=SLOWDOWN,...`, e.g. `p3=1,g4dn=2.8`: a g4dn
+    /// worker's compute takes 2.8 times as long); the batch is split by speed.
+    #[arg(long, value_name = "NAME=SLOWDOWN,...", value_parser = parse_emulated_types)]
+    pub emulate_types: Option<EmulatedTypes>,
     /// Seconds a worker may take to answer one command before it is counted lost.
     #[arg(long, default_value_t = 60.0)]
     pub command_timeout: f64,
@@ -337,6 +342,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
             logs: run_dir.join("logs"),
             device: args.device.clone(),
             ca: ca.clone(),
+            types: args.emulate_types.clone().map(|t| t.0).unwrap_or_default(),
         })
     };
     let command_timeout = Duration::from_secs_f64(args.command_timeout);
@@ -466,6 +472,34 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         server.abort();
     }
     outcome
+}
+
+/// `--emulate-types`: instance types and how many times as slow each one's compute is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EmulatedTypes(pub Vec<(String, f64)>);
+
+/// Parses `NAME=SLOWDOWN,...` (each slowdown a number >= 1).
+pub fn parse_emulated_types(text: &str) -> Result<EmulatedTypes, String> {
+    let types = text
+        .split(',')
+        .map(|part| {
+            let (name, factor) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}`: expected NAME=SLOWDOWN (e.g. g4dn=2.8)"))?;
+            let factor: f64 = factor
+                .trim()
+                .parse()
+                .ok()
+                .filter(|f: &f64| f.is_finite() && *f >= 1.0)
+                .ok_or_else(|| format!("`{part}`: the slowdown must be a number >= 1"))?;
+            let name = name.trim();
+            if name.is_empty() {
+                return Err(format!("`{part}`: the instance type name is empty"));
+            }
+            Ok((name.to_string(), factor))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(EmulatedTypes(types))
 }
 
 /// Adds the simulator's prediction of the finished run to its summary (see

@@ -602,7 +602,14 @@ async fn reconfigure(
     let contacts: BTreeMap<WorkerId, WorkerContact> = connected
         .iter()
         .filter_map(|&id| {
-            Some((id, WorkerContact { name: fleet.peer_name(id)?, addr: fleet.peer_addr(id)? }))
+            Some((
+                id,
+                WorkerContact {
+                    name: fleet.peer_name(id)?,
+                    addr: fleet.peer_addr(id)?,
+                    slowdown: fleet.slowdown(id)?,
+                },
+            ))
         })
         .collect();
     let plan = match job.plan_reconfiguration(
@@ -678,6 +685,7 @@ async fn reconfigure(
         millis,
         parked: plan.parking,
         holders: job.slots.iter().map(|(id, slot)| (*id, slot.stage)).collect(),
+        shares: target.shares.clone(),
     });
     if plan.parking {
         log.event(RunEvent::Paused { step: job.step, available: staying.len() });

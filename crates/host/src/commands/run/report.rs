@@ -77,6 +77,10 @@ pub enum RunEvent {
         /// itself tells a preempted holder from a spare by it. Empty in logs of older runs.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         holders: Vec<(WorkerId, usize)>,
+        /// Micro-batches per replica when the replicas run at different speeds (a mixed
+        /// fleet); empty for the even split.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        shares: Vec<usize>,
     },
     Paused {
         step: u64,
