@@ -903,17 +903,8 @@ mod tests {
             model_build_ms: 0.0,
         };
         let profile = ModelProfile {
-            model: "tiny".into(),
-            global_batch_size: 16,
-            micro_batch_size: 2,
             configs: vec![entry(1, 2, 10.0), entry(2, 2, 30.0)],
-            partitions: Vec::new(),
-            transfer_curve: Vec::new(),
-            rendezvous_ms: 0.0,
-            process_start_ms: 0.0,
-            add_extra_ms: 0.0,
-            checkpoint_restart_ms: 0.0,
-            checkpoint_interval_ms: 0.0,
+            ..ModelProfile::empty("tiny", 16, 2)
         };
         let wish = Some(ParallelConfig::new(2, 2));
         assert_eq!(effective_layout(&spec, &profile, wish, 4).map(|l| l.workers()), Some(4));

@@ -131,6 +131,24 @@ pub struct ModelProfile {
 }
 
 impl ModelProfile {
+    /// A profile of `model` with no layout, no partition and no costs: what a caller fills
+    /// with what it measured (and what a fleet that can run nothing plans with).
+    pub fn empty(model: &str, global_batch_size: u32, micro_batch_size: u32) -> ModelProfile {
+        ModelProfile {
+            model: model.to_string(),
+            global_batch_size,
+            micro_batch_size,
+            configs: Vec::new(),
+            partitions: Vec::new(),
+            transfer_curve: Vec::new(),
+            rendezvous_ms: 0.0,
+            process_start_ms: 0.0,
+            add_extra_ms: 0.0,
+            checkpoint_restart_ms: 0.0,
+            checkpoint_interval_ms: 0.0,
+        }
+    }
+
     /// The profiled entry for `config`, if it was profiled.
     pub fn config(&self, config: ParallelConfig) -> Option<&ConfigProfile> {
         self.configs.iter().find(|c| c.config == config)

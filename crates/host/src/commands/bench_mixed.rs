@@ -98,17 +98,8 @@ fn profile(ms: [f64; 2]) -> ModelProfile {
         model_build_ms: 0.0,
     };
     ModelProfile {
-        model: "worker-gpt".into(),
-        global_batch_size: 16,
-        micro_batch_size: 2,
         configs: vec![entry(1, ms[0]), entry(2, ms[1])],
-        partitions: Vec::new(),
-        transfer_curve: Vec::new(),
-        rendezvous_ms: 0.0,
-        process_start_ms: 0.0,
-        add_extra_ms: 0.0,
-        checkpoint_restart_ms: 0.0,
-        checkpoint_interval_ms: 0.0,
+        ..ModelProfile::empty("worker-gpt", 16, 2)
     }
 }
 

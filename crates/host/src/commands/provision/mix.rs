@@ -82,19 +82,8 @@ pub struct Compositions<'a> {
 impl<'a> Compositions<'a> {
     /// For types profiled by `profiles` (one model, one batch).
     pub fn new(profiles: Vec<&'a ModelProfile>) -> Self {
-        let mut empty = profiles.first().map(|p| (*p).clone()).unwrap_or_else(|| ModelProfile {
-            model: String::new(),
-            global_batch_size: 1,
-            micro_batch_size: 1,
-            configs: Vec::new(),
-            partitions: Vec::new(),
-            transfer_curve: Vec::new(),
-            rendezvous_ms: 0.0,
-            process_start_ms: 0.0,
-            add_extra_ms: 0.0,
-            checkpoint_restart_ms: 0.0,
-            checkpoint_interval_ms: 0.0,
-        });
+        let mut empty =
+            profiles.first().map(|p| (*p).clone()).unwrap_or_else(|| ModelProfile::empty("", 1, 1));
         empty.configs.clear();
         Compositions { profiles, best: HashMap::new(), views: HashMap::new(), empty }
     }
