@@ -257,7 +257,7 @@ pub fn effective_layout(
 
 /// `target` with its batch split by the speeds of the workers assigned to it: a replica
 /// runs at its slowest worker's pace, and the faster replicas take more micro-batches
-/// ([`Layout::for_speeds`]). Workers of one speed keep the even split.
+/// ([`Layout::split_by_speed`]). Workers of one speed keep the even split.
 fn shares_by_speed(
     spec: &ModelSpec,
     target: Layout,
@@ -274,9 +274,7 @@ fn shares_by_speed(
     if ticks.iter().all(|t| *t == ticks[0]) {
         return Ok(target.without_shares());
     }
-    let split = Layout::for_speeds(spec, target.pipeline_stages, &ticks)
-        .map_err(|e| JobError::Split(e.to_string()))?;
-    Ok(Layout { shares: split.shares, ..target })
+    target.split_by_speed(spec, &ticks).map_err(|e| JobError::Split(e.to_string()))
 }
 
 /// The job's state between commands.

@@ -322,21 +322,18 @@ impl Layout {
         Layout { shares: Vec::new(), ..self.clone() }
     }
 
-    /// The layout whose shares balance replicas of these speeds: `tick_ms[r]` is how long
-    /// replica `r` takes per micro-batch through its slowest stage
+    /// This layout with its shares balancing replicas of these speeds: `tick_ms[r]` is how
+    /// long replica `r` takes per micro-batch through its slowest stage
     /// ([`parcae_policy_core::mixed::balanced_split`]).
-    pub fn for_speeds(spec: &ModelSpec, p: usize, tick_ms: &[f64]) -> Result<Layout, LayoutError> {
-        let layout = Layout::new(spec, tick_ms.len(), p)?;
+    pub fn split_by_speed(self, spec: &ModelSpec, tick_ms: &[f64]) -> Result<Layout, LayoutError> {
         let m = spec.micro_batches();
-        let split =
-            parcae_policy_core::mixed::balanced_split(tick_ms, m as u32, p as u32).ok_or_else(|| {
-                LayoutError::Config {
-                    d: tick_ms.len(),
-                    p,
-                    reason: format!("more replicas than the {m} micro-batches"),
-                }
+        let split = parcae_policy_core::mixed::balanced_split(tick_ms, m as u32, self.pipeline_stages as u32)
+            .ok_or_else(|| LayoutError::Config {
+                d: tick_ms.len(),
+                p: self.pipeline_stages,
+                reason: format!("{} speeds for the {m} micro-batches per step", tick_ms.len()),
             })?;
-        layout.with_shares(spec, split.into_iter().map(|k| k as usize).collect())
+        self.with_shares(spec, split.into_iter().map(|k| k as usize).collect())
     }
 
     /// Workers the layout needs.
@@ -378,7 +375,7 @@ mod tests {
         let spec = ModelSpec::default();
         let m = spec.micro_batches();
         // A replica three times as fast as the other takes three quarters of the batch.
-        let layout = Layout::for_speeds(&spec, 1, &[1.0, 3.0]).unwrap();
+        let layout = Layout::new(&spec, 2, 1).unwrap().split_by_speed(&spec, &[1.0, 3.0]).unwrap();
         assert_eq!(layout.shares, [m * 3 / 4, m / 4]);
         assert_eq!(layout.micro_batches_of(&spec, 0), 0..m * 3 / 4);
         assert_eq!(layout.micro_batches_of(&spec, 1), m * 3 / 4..m);

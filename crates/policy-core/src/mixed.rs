@@ -294,24 +294,22 @@ pub fn composition_profile(profiles: &[&ModelProfile], counts: &[u32]) -> Option
     }
     let mut profile = (*first).clone();
     let global = f64::from(first.global_batch_size);
+    // Rebuild costs and model build follow the first type's entry of that shape, or of its
+    // depth when that shape is not profiled there (a shape that runs has a profiled depth).
     profile.configs = best
         .into_iter()
-        .map(|(config, samples_per_second)| {
-            // Rebuild costs and model build follow the first type's entry of that shape,
-            // or of its depth when that shape is not profiled there.
+        .filter_map(|(config, samples_per_second)| {
             let template = first
                 .config(config)
                 .or_else(|| profiles.iter().find_map(|p| p.config(config)))
                 .or_else(|| at_depth(first, config.pipeline_stages).next())
-                .or_else(|| profiles.iter().find_map(|p| at_depth(p, config.pipeline_stages).next()))
-                .cloned()
-                .expect("a shape that runs has a profiled depth");
-            ConfigProfile {
+                .or_else(|| profiles.iter().find_map(|p| at_depth(p, config.pipeline_stages).next()))?;
+            Some(ConfigProfile {
                 config,
                 samples_per_second,
                 iteration_ms: global / samples_per_second * 1000.0,
-                ..template
-            }
+                ..template.clone()
+            })
         })
         .collect();
     // Every depth planned needs its partition; a depth only another type runs brings its own.

@@ -262,6 +262,14 @@ pub enum SimError {
         /// Intervals in the series.
         intervals: usize,
     },
+    /// Not one profile per interval ([`simulate_profiles`]).
+    #[error("{profiles} profiles for a series of {intervals} intervals")]
+    Profiles {
+        /// Profiles given.
+        profiles: usize,
+        /// Intervals in the series.
+        intervals: usize,
+    },
     /// A layout that needs more instances than are alive.
     #[error("interval {interval}: layout {config} needs {} instances, only {instances} are alive", config.instances())]
     DoesNotFit {
@@ -604,11 +612,11 @@ pub fn simulate_profiles(
     prices: Prices,
     recovery: Recovery,
 ) -> Result<SimResult, SimError> {
-    if decisions.len() != series.len() || profiles.len() != series.len() {
-        return Err(SimError::Length {
-            decisions: decisions.len().min(profiles.len()),
-            intervals: series.len(),
-        });
+    if decisions.len() != series.len() {
+        return Err(SimError::Length { decisions: decisions.len(), intervals: series.len() });
+    }
+    if profiles.len() != series.len() {
+        return Err(SimError::Profiles { profiles: profiles.len(), intervals: series.len() });
     }
     let Some(first) = profiles.first() else {
         return Ok(summarize(Vec::new(), interval_ms, prices));

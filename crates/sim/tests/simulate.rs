@@ -300,3 +300,24 @@ fn realized_victims_score_their_own_scenario() {
     let mix = (spare_lost.samples + 2.0 * holder_lost.samples) / 3.0;
     assert!((expected.samples - mix).abs() < 1e-6, "{} vs {mix}", expected.samples);
 }
+
+/// Per-interval profiles (a mixed fleet's compositions): each interval is scored with its
+/// own, and a list of the wrong length is refused by name.
+#[test]
+fn each_interval_is_scored_with_its_own_profile() {
+    let slow = toy(0.0, 0.0);
+    let mut fast = slow.clone();
+    for c in &mut fast.configs {
+        c.samples_per_second *= 2.0;
+    }
+    let series = [stats(1, 1, 0), stats(1, 0, 0), stats(1, 0, 0)];
+    let decisions = [Some(ParallelConfig::new(1, 1)); 3];
+    let recovery = parcae_policy_core::Recovery::UNANNOUNCED;
+    let profiles = [&slow, &fast, &slow];
+    let r = parcae_sim::simulate_profiles(&profiles, &series, T, &decisions, PRICES, recovery).unwrap();
+    // No reconfiguration after the start: the second interval trains twice as much.
+    assert!(close(r.intervals[1].samples, 2.0 * r.intervals[2].samples), "{:?}", r.intervals);
+    let e =
+        parcae_sim::simulate_profiles(&profiles[..2], &series, T, &decisions, PRICES, recovery).unwrap_err();
+    assert!(matches!(e, SimError::Profiles { profiles: 2, intervals: 3 }), "{e}");
+}

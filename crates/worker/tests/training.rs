@@ -112,7 +112,7 @@ fn d3_p2_matches_one_worker() {
 fn uneven_shares_by_speed_match_one_worker() {
     let spec = spec();
     // Three times as fast, two stages: (7 + 1) ticks of 1 against (1 + 1) of 3.
-    let layout = Layout::for_speeds(&spec, 2, &[1.0, 3.0]).unwrap();
+    let layout = Layout::new(&spec, 2, 2).unwrap().split_by_speed(&spec, &[1.0, 3.0]).unwrap();
     assert_eq!(layout.shares, [7, 1]);
     let run = train_local(&layout, fresh(&spec, &layout), STEPS).unwrap();
     let (want, losses) = reference();

@@ -71,6 +71,17 @@ fn workers_of_two_speeds_split_the_batch_and_train_the_same_model() {
             e["shares"].as_array().map_or(Vec::new(), |s| s.iter().map(|v| v.as_u64().unwrap()).collect())
         })
         .collect();
+    // The workers reported their types, and the run log says which joined.
+    let mut types: Vec<&str> = mixed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "joined")
+        .filter_map(|e| e["instance_type"].as_str())
+        .collect();
+    types.sort_unstable();
+    types.dedup();
+    assert_eq!(types, ["fast", "slow"], "{}", mixed["events"]);
     let mut first = shares.first().cloned().unwrap_or_default();
     first.sort_unstable();
     assert_eq!(first, [2, 6], "the slow replica takes a quarter of the batch: {shares:?}");

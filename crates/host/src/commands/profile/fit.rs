@@ -147,7 +147,7 @@ fn observe(events: &[Timed]) -> Observed {
             RunEvent::Allocated { worker, .. } => {
                 allocated.insert(*worker, e.t_s);
             }
-            RunEvent::Joined { worker } => {
+            RunEvent::Joined { worker, .. } => {
                 alive.insert(*worker);
                 if let Some(t) = allocated.get(worker) {
                     o.starts.push((e.t_s - t) * 1000.0);
@@ -490,9 +490,9 @@ mod tests {
         let constants = embedded::constants_or_embedded(None).unwrap();
         let spec = ModelSpec::default();
         let mut events = vec![
-            at(0.0, RunEvent::Joined { worker: 1 }),
-            at(0.0, RunEvent::Joined { worker: 2 }),
-            at(0.0, RunEvent::Joined { worker: 3 }),
+            at(0.0, RunEvent::Joined { worker: 1, instance_type: String::new() }),
+            at(0.0, RunEvent::Joined { worker: 2, instance_type: String::new() }),
+            at(0.0, RunEvent::Joined { worker: 3, instance_type: String::new() }),
         ];
         events.push(at(0.1, reconfigured(MigrationKind::Restart, (1, 1), 40.0, true, &[(1, 0)])));
         let t = steps(&mut events, 0.2, (1, 1), 0.050, 11);

@@ -575,14 +575,11 @@ fn simulate_mix(
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
     let decisions = replay_profiles(&fleet.series, |k| profiles[k], policy, &settings, |_| progress.inc(1));
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
-    let prices = Prices {
-        spot_usd_per_hour: offers.iter().map(|o| o.prices.spot_usd_per_hour).sum::<f64>()
-            / offers.len().max(1) as f64,
-        on_demand_usd_per_hour: offers.iter().map(|o| o.prices.on_demand_usd_per_hour).sum::<f64>()
-            / offers.len().max(1) as f64,
-    };
+    // Each type is priced on its own ([`mix::MixedFleet::usd_of_interval`]); the simulator's
+    // one-price totals are not read.
+    let unpriced = Prices { spot_usd_per_hour: 0.0, on_demand_usd_per_hour: 0.0 };
     let result =
-        parcae_sim::simulate_profiles(&profiles, &fleet.series, interval_ms, &configs, prices, recovery)?;
+        parcae_sim::simulate_profiles(&profiles, &fleet.series, interval_ms, &configs, unpriced, recovery)?;
     Ok((fleet, result))
 }
 
@@ -1005,21 +1002,13 @@ mod tests {
             model_build_ms: 0.0,
         };
         ModelProfile {
-            model: "toy".into(),
-            global_batch_size: 10,
-            micro_batch_size: 1,
             configs: vec![entry(1, 10.0), entry(2, 20.0)],
             partitions: vec![StagePartition {
                 pipeline_stages: 1,
                 layers_per_stage: vec![1],
                 state_bytes_per_stage: vec![0],
             }],
-            transfer_curve: vec![],
-            rendezvous_ms: 0.0,
-            process_start_ms: 0.0,
-            add_extra_ms: 0.0,
-            checkpoint_restart_ms: 0.0,
-            checkpoint_interval_ms: 0.0,
+            ..ModelProfile::empty("toy", 10, 1)
         }
     }
 

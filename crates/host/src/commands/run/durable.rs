@@ -205,7 +205,7 @@ mod tests {
         };
         let mut persister = Persister::start(store.clone(), job);
         let mut log = RunLog::new();
-        log.event(RunEvent::Joined { worker: 1 });
+        log.event(RunEvent::Joined { worker: 1, instance_type: String::new() });
         for step in 1..=50 {
             let progress = Progress { step, clock_ms: step * 10, next_worker: 2, ..Progress::default() };
             persister.update(progress, &log);

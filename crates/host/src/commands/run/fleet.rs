@@ -78,6 +78,8 @@ pub struct WorkerHandle {
     leaving: bool,
     /// Its compute time relative to the nominal worker's (its instance type's speed).
     slowdown: f64,
+    /// The instance type it reported (empty: none said).
+    instance_type: String,
 }
 
 /// How local workers are started.
@@ -290,6 +292,7 @@ impl Fleet {
                 } else {
                     1.0
                 },
+                instance_type: hello.instance_type.clone(),
             },
         );
         Some(id)
@@ -370,6 +373,11 @@ impl Fleet {
     /// A connected worker's compute time relative to the nominal worker's.
     pub fn slowdown(&self, id: WorkerId) -> Option<f64> {
         self.workers.get(&id).map(|h| h.slowdown)
+    }
+
+    /// The instance type a connected worker reported.
+    pub fn instance_type(&self, id: WorkerId) -> Option<String> {
+        self.workers.get(&id).map(|h| h.instance_type.clone())
     }
 
     /// The certificate name of a connected worker.

@@ -317,7 +317,10 @@ pub async fn run_job(
             }
         }
         for id in joined {
-            log.event(RunEvent::Joined { worker: id });
+            log.event(RunEvent::Joined {
+                worker: id,
+                instance_type: fleet.instance_type(id).unwrap_or_default(),
+            });
             job.joined(id);
             interval_counts.arrivals += 1;
             fleet_changed = true;
@@ -435,7 +438,7 @@ pub async fn run_job(
                         if let Some(arrival) = arrival
                             && let Some(id) = fleet.admit(arrival, &settings.spec, settings.command_timeout).await
                         {
-                            log.event(RunEvent::Joined { worker: id });
+                            log.event(RunEvent::Joined { worker: id, instance_type: fleet.instance_type(id).unwrap_or_default() });
                             job.joined(id);
                             interval_counts.arrivals += 1;
                             fleet_changed = true;

@@ -24,6 +24,9 @@ pub enum RunEvent {
     },
     Joined {
         worker: WorkerId,
+        /// The instance type it reported (a mixed fleet); empty when it said none.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        instance_type: String,
     },
     Refused {
         remote: String,
@@ -506,7 +509,7 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
                 s.allocations += 1;
                 allocated_at.insert(*worker, e.t_s);
             }
-            RunEvent::Joined { worker } => {
+            RunEvent::Joined { worker, .. } => {
                 if let Some(t) = allocated_at.get(worker) {
                     start_times.push(e.t_s - t);
                 }
