@@ -234,3 +234,56 @@ fn p3_reference_segment_with_the_p3_profile() {
         samples(by_policy(&records, "reactive"))
     );
 }
+
+#[test]
+fn a_mixed_fleet_of_two_types_is_one_job_priced_per_type() {
+    let data = shared();
+    let dir = scratch("mixed");
+    let json = dir.join("out.json");
+    let trace = root().join("data/traces/demo-8node.csv");
+    let fast = format!("p3={},spot=1", trace.display());
+    let slow = format!(
+        "g4dn={},spot=0.5,profile={}",
+        trace.display(),
+        data.join("profiles/g4dn-t4-derived.json").display()
+    );
+    let stdout = bench(&[
+        "--model",
+        "gpt-1.5b",
+        "--trace",
+        &fast,
+        "--trace",
+        &slow,
+        "--policy",
+        "builtin:reactive",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("p3 + g4dn ("), "{stdout}");
+    assert!(stdout.contains("note: mixed fleet of p3 + g4dn"), "{stdout}");
+    let records = records(&json);
+    let names: Vec<&str> = records.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["ideal", "oracle", "liveput-truth", "reactive", "reactive-restart", "builtin:reactive"]
+    );
+    let (ideal, oracle) = (samples(by_policy(&records, "ideal")), samples(by_policy(&records, "oracle")));
+    assert!(oracle > 0.0 && oracle <= ideal, "oracle {oracle}, ideal {ideal}");
+    for r in &records {
+        let name = r["policy"].as_str().unwrap();
+        if name != "ideal" {
+            assert!(samples(r) <= oracle * (1.0 + 1e-9), "{name}: {} above the oracle {oracle}", samples(r));
+        }
+        // Both types have the same counts: half the instance-hours at $1, half at $0.5.
+        let (hours, usd) = (r["instance_hours"].as_f64().unwrap(), r["usd_spot"].as_f64().unwrap());
+        assert!((usd - 0.75 * hours).abs() < 1e-9 * hours.max(1.0), "{name}: ${usd} for {hours} h");
+    }
+    // Every trace names its type, or none does.
+    let output = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
+        .current_dir(root())
+        .args(["bench", "--model", "gpt-1.5b", "--trace", &fast, "--trace", trace.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("names every trace's instance type"), "{stderr}");
+}

@@ -558,6 +558,14 @@ pub enum LiveputError {
         /// Which step of the computation failed.
         reason: &'static str,
     },
+    /// Not one throughput profile per step plus one for before the first
+    /// ([`crate::plan::best_plan_varying`]).
+    SpeedsLength {
+        /// Steps planned.
+        steps: usize,
+        /// Profiles given.
+        speeds: usize,
+    },
     /// Churn probabilities of an interval that are negative, not finite, or
     /// sum above 1 ([`crate::plan::best_plan_hedged`]).
     BadChurn {
@@ -571,6 +579,10 @@ pub enum LiveputError {
 impl std::fmt::Display for LiveputError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            LiveputError::SpeedsLength { steps, speeds } => write!(
+                f,
+                "{speeds} throughput profiles for {steps} steps: one per step and one for before the first"
+            ),
             LiveputError::ZeroDegree { config } => {
                 write!(f, "layout {config}: data-parallel degree and pipeline depth must be >= 1")
             }

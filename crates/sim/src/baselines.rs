@@ -19,6 +19,16 @@ pub fn ideal(
     interval_ms: u64,
     prices: Prices,
 ) -> Result<SimResult, SimError> {
+    ideal_by(|_| profile, series, interval_ms, prices)
+}
+
+/// [`ideal`] with interval `k`'s layouts from `profile_at(k)` (a mixed fleet's composition).
+pub fn ideal_by<'p>(
+    profile_at: impl Fn(usize) -> &'p ModelProfile,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    prices: Prices,
+) -> Result<SimResult, SimError> {
     if interval_ms == 0 {
         return Err(SimError::ZeroInterval);
     }
@@ -27,7 +37,7 @@ pub fn ideal(
         .iter()
         .enumerate()
         .map(|(interval, stats)| {
-            let best = best_config_for(profile, stats.instances);
+            let best = best_config_for(profile_at(interval), stats.instances);
             IntervalRecord {
                 interval,
                 instances: stats.instances,

@@ -47,6 +47,7 @@
 
 mod baselines;
 pub mod cadence;
+pub mod mixed;
 mod native;
 pub mod peers;
 mod planned;
@@ -262,7 +263,7 @@ pub enum SimError {
         /// Intervals in the series.
         intervals: usize,
     },
-    /// Not one profile per interval ([`simulate_profiles`]).
+    /// Not one profile per interval ([`mixed::simulate`]).
     #[error("{profiles} profiles for a series of {intervals} intervals")]
     Profiles {
         /// Profiles given.
@@ -321,6 +322,8 @@ pub enum SimError {
 #[derive(Debug, Clone)]
 pub struct Simulator<'a> {
     profile: &'a ModelProfile,
+    /// The profile the running layout trained under (the last interval's).
+    trained_under: &'a ModelProfile,
     interval_ms: u64,
     next: usize,
     instances_before: u32,
@@ -361,6 +364,7 @@ impl<'a> Simulator<'a> {
         }
         Ok(Self {
             profile,
+            trained_under: profile,
             interval_ms,
             next: 0,
             instances_before: 0,
@@ -373,6 +377,8 @@ impl<'a> Simulator<'a> {
 
     /// Scores the next intervals with `profile`: a mixed fleet whose composition changed
     /// trains each layout at another speed ([`parcae_policy_core::mixed::composition_profile`]).
+    /// Work a restart rolls back is valued at the speed the old layout had when it trained
+    /// it (the profile of the interval before); `profile` must list that layout too.
     pub fn set_profile(&mut self, profile: &'a ModelProfile) {
         self.profile = profile;
     }
@@ -490,7 +496,7 @@ impl<'a> Simulator<'a> {
         };
         let expected = dist.expected();
         let lost = liveput::lost_samples(self.profile, from, &dist).map_err(cost)? * expected.p_lost_work;
-        let value = match realized {
+        let mut value = match realized {
             Some(_) => liveput::liveput_over(self.profile, from, to, &dist, interval_ms, self.carried_ms),
             None => liveput::liveput_with_mode(
                 self.mode,
@@ -506,6 +512,17 @@ impl<'a> Simulator<'a> {
             ),
         }
         .map_err(cost)?;
+        // The rolled-back work was trained under the interval before's profile (a mixed
+        // fleet's composition may have changed the old layout's speed since): the
+        // cost model charged it at this interval's, and its samples are linear in it.
+        let lost = if std::ptr::eq(self.trained_under, self.profile) {
+            lost
+        } else {
+            let then =
+                liveput::lost_samples(self.trained_under, from, &dist).map_err(cost)? * expected.p_lost_work;
+            value.expected_samples += lost - then;
+            then
+        };
         // The busy time each outcome gives the interval, by the mode's carry
         // rule; E[min(b, T)] = E[b] - E[max(b - T, 0)].
         let busy: f64 = dist
@@ -544,6 +561,7 @@ impl<'a> Simulator<'a> {
     /// models end an interval the same way).
     fn advance(&mut self, record: IntervalRecord) -> IntervalRecord {
         self.next += 1;
+        self.trained_under = self.profile;
         self.instances_before = record.instances;
         self.current = record.config;
         self.carried_ms = record.leftover_ms;
@@ -597,34 +615,6 @@ pub fn simulate_under(
     let mut simulator = Simulator::with_recovery(profile, interval_ms, mode, recovery)?;
     let mut records = Vec::with_capacity(series.len());
     for (stats, &to) in series.iter().zip(decisions) {
-        records.push(simulator.step(*stats, to)?);
-    }
-    Ok(summarize(records, interval_ms, prices))
-}
-
-/// [`simulate_under`] with each interval's own profile (`profiles[k]` scores interval
-/// `k`): a mixed fleet, whose composition sets what each layout trains.
-pub fn simulate_profiles(
-    profiles: &[&ModelProfile],
-    series: &[IntervalStats],
-    interval_ms: u64,
-    decisions: &[Option<ParallelConfig>],
-    prices: Prices,
-    recovery: Recovery,
-) -> Result<SimResult, SimError> {
-    if decisions.len() != series.len() {
-        return Err(SimError::Length { decisions: decisions.len(), intervals: series.len() });
-    }
-    if profiles.len() != series.len() {
-        return Err(SimError::Profiles { profiles: profiles.len(), intervals: series.len() });
-    }
-    let Some(first) = profiles.first() else {
-        return Ok(summarize(Vec::new(), interval_ms, prices));
-    };
-    let mut simulator = Simulator::with_recovery(first, interval_ms, MigrationMode::Live, recovery)?;
-    let mut records = Vec::with_capacity(series.len());
-    for ((stats, &to), profile) in series.iter().zip(decisions).zip(profiles) {
-        simulator.set_profile(profile);
         records.push(simulator.step(*stats, to)?);
     }
     Ok(summarize(records, interval_ms, prices))

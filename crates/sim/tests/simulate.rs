@@ -314,10 +314,10 @@ fn each_interval_is_scored_with_its_own_profile() {
     let decisions = [Some(ParallelConfig::new(1, 1)); 3];
     let recovery = parcae_policy_core::Recovery::UNANNOUNCED;
     let profiles = [&slow, &fast, &slow];
-    let r = parcae_sim::simulate_profiles(&profiles, &series, T, &decisions, PRICES, recovery).unwrap();
+    let live = parcae_sim::MigrationMode::Live;
+    let r = parcae_sim::mixed::simulate(&profiles, &series, T, &decisions, live, recovery).unwrap();
     // No reconfiguration after the start: the second interval trains twice as much.
     assert!(close(r.intervals[1].samples, 2.0 * r.intervals[2].samples), "{:?}", r.intervals);
-    let e =
-        parcae_sim::simulate_profiles(&profiles[..2], &series, T, &decisions, PRICES, recovery).unwrap_err();
+    let e = parcae_sim::mixed::simulate(&profiles[..2], &series, T, &decisions, live, recovery).unwrap_err();
     assert!(matches!(e, SimError::Profiles { profiles: 2, intervals: 3 }), "{e}");
 }

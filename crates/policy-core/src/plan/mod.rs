@@ -367,6 +367,65 @@ pub fn best_plan_hedged(
         interval_ms: interval_ms as f64,
         current,
         carried_ms,
+        speeds: None,
+    };
+    program::run(&ctx, &horizon, options, store, work)
+}
+
+/// [`best_plan_with`] when what each layout trains changes from interval to interval: a
+/// mixed fleet, whose composition of instance types sets every layout's throughput
+/// ([`crate::mixed`]). `profile` lists every layout the plan may use and prices every
+/// transition; `speeds[0]` is the profile `current` ran under (its lost work is valued
+/// at that speed) and `speeds[i + 1]` the one interval `i` trains under: a layout it does
+/// not list, or lists at zero throughput, cannot run there. With every entry `profile`
+/// itself, the plan is [`best_plan_with`]'s, number for number.
+#[allow(clippy::too_many_arguments, reason = "best_plan_with's inputs plus the speeds")]
+pub fn best_plan_varying(
+    profile: &ModelProfile,
+    speeds: &[&ModelProfile],
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    interval_ms: u64,
+    options: PlanOptions,
+    cache: &mut TransitionCache,
+) -> Result<Vec<PlannedStep>, LiveputError> {
+    if speeds.len() != steps.len() + 1 {
+        return Err(LiveputError::SpeedsLength { steps: steps.len(), speeds: speeds.len() });
+    }
+    if !(carried_ms.is_finite() && carried_ms >= 0.0) {
+        return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
+    }
+    let afters = instances_after_each(steps)?;
+    if steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mixtures = scenarios::mixtures(steps, &[])?;
+    let ctx = PlanContext { profile, recovery: options.recovery, layouts: candidates(profile)? };
+    let mut rows = Vec::with_capacity(speeds.len());
+    for p in speeds {
+        let mut row = Vec::with_capacity(ctx.layouts.len());
+        for l in &ctx.layouts {
+            let thr = p.config(l.config).map_or(0.0, |c| c.samples_per_second);
+            if !(thr.is_finite() && thr >= 0.0) {
+                return Err(LiveputError::BadProfileValue {
+                    field: format!("configs[{}].samples_per_second", l.config),
+                    value: thr,
+                });
+            }
+            row.push(thr);
+        }
+        rows.push(row);
+    }
+    let (store, work) = cache.begin(profile, &options.recovery);
+    let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
+    let horizon = Horizon {
+        mixtures: &mixtures,
+        afters: &afters,
+        interval_ms: interval_ms as f64,
+        current,
+        carried_ms,
+        speeds: Some(&rows),
     };
     program::run(&ctx, &horizon, options, store, work)
 }

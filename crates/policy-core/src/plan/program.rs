@@ -82,6 +82,10 @@ pub(super) struct Horizon<'a> {
     pub(super) current: Option<ParallelConfig>,
     /// Migration time still to run before the first interval, ms.
     pub(super) carried_ms: f64,
+    /// When throughput varies between intervals (a mixed fleet): per layout, what it
+    /// trains before the first interval (row 0) and in each interval (row `i + 1`),
+    /// samples/s; 0 where it cannot run. `None`: the profile's throughput throughout.
+    pub(super) speeds: Option<&'a [Vec<f64>]>,
 }
 
 /// The best plan over `horizon`, one step per interval.
@@ -120,10 +124,12 @@ struct Program<'a> {
     start_state: usize,
     /// With pruning, per interval and state whether it may be chosen.
     allowed: Option<Vec<bool>>,
+    /// Per-interval throughputs ([`Horizon::speeds`]).
+    speeds: Option<&'a [Vec<f64>]>,
 }
 
 impl<'a> Program<'a> {
-    fn new(ctx: &'a PlanContext<'a>, horizon: &Horizon<'_>, options: PlanOptions) -> Self {
+    fn new(ctx: &'a PlanContext<'a>, horizon: &Horizon<'a>, options: PlanOptions) -> Self {
         let layouts = &ctx.layouts;
         let pause = layouts.len();
         let start_state =
@@ -140,6 +146,28 @@ impl<'a> Program<'a> {
             order: tie_order(layouts),
             start_state,
             allowed,
+            speeds: horizon.speeds,
+        }
+    }
+
+    /// Throughput of layout `t` in interval `i` (`i = 0` is the first), samples/s.
+    fn thr(&self, i: usize, t: usize) -> f64 {
+        match self.speeds {
+            Some(rows) => rows[i + 1][t],
+            None => self.ctx.layouts[t].thr,
+        }
+    }
+
+    /// How much of the profile's lost work a restart from layout `f` into interval `i`
+    /// loses: the work was trained at `f`'s speed in the interval before, and the cached
+    /// outcomes value it at the profile's.
+    fn lost_scale(&self, i: usize, f: usize) -> f64 {
+        match self.speeds {
+            Some(rows) if f != self.pause => {
+                let profiled = self.ctx.layouts[f].thr;
+                if profiled > 0.0 { rows[i][f] / profiled } else { 0.0 }
+            }
+            _ => 1.0,
         }
     }
 
@@ -186,7 +214,7 @@ impl<'a> Program<'a> {
         self.order_predecessors(work);
         for t in 0..n_states {
             let range = if self.may_choose(i, t, after) {
-                self.front(t, before, store, work)?
+                self.front(i, t, before, store, work)?
             } else {
                 (work.points.len(), 0)
             };
@@ -221,7 +249,10 @@ impl<'a> Program<'a> {
     /// layout that fits the `after` instances (the pause always fits).
     fn may_choose(&self, i: usize, t: usize, after: u64) -> bool {
         let pruned = self.allowed.as_ref().is_some_and(|a| !a[i * self.n_states() + t]);
-        !pruned && (t == self.pause || self.ctx.layouts[t].instances <= after)
+        !pruned
+            && (t == self.pause
+                || (self.ctx.layouts[t].instances <= after
+                    && self.speeds.is_none_or(|rows| rows[i + 1][t] > 0.0)))
     }
 
     /// The predecessors tried for state `t`: staying first, then `live` in
@@ -236,12 +267,8 @@ impl<'a> Program<'a> {
 
     /// Most samples one interval in state `t` can yield (no migration, nothing
     /// lost), with room for rounding: the sums over outcomes cannot exceed it.
-    fn most_samples(&self, t: usize) -> f64 {
-        if t == self.pause {
-            0.0
-        } else {
-            self.ctx.layouts[t].thr * self.interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9
-        }
+    fn most_samples(&self, i: usize, t: usize) -> f64 {
+        if t == self.pause { 0.0 } else { self.thr(i, t) * self.interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9 }
     }
 
     /// Build the front of state `t` in the current interval (whose change
@@ -249,6 +276,7 @@ impl<'a> Program<'a> {
     /// `(start, len)`.
     fn front(
         &self,
+        i: usize,
         t: usize,
         before: u64,
         store: &mut DistributionStore,
@@ -259,7 +287,7 @@ impl<'a> Program<'a> {
         let n_states = self.n_states();
         scratch.clear();
         let mut found = Found { best: None, with_leftover: &mut *scratch };
-        let bound = self.most_samples(t);
+        let bound = self.most_samples(i, t);
         for f in self.predecessors(live, t) {
             let (start, len) = prev[f];
             if len == 0 {
@@ -288,11 +316,12 @@ impl<'a> Program<'a> {
                 });
             }
             let preds = &points[start..start + len];
+            let lost_scale = from.map_or(1.0, |f| self.lost_scale(i, f));
             if t == self.pause {
-                let samples = pause_samples(&store.outs, outcomes);
+                let samples = pause_samples(&store.outs, outcomes, lost_scale);
                 found.offer_pauses(preds, start, samples, self.interval_ms, t);
             } else {
-                let into = Move { outs: &store.outs, scenarios: outcomes, thr: layouts[t].thr };
+                let into = Move { outs: &store.outs, scenarios: outcomes, thr: self.thr(i, t), lost_scale };
                 found.offer_moves(preds, start, &into, self.interval_ms, t);
             }
         }
@@ -333,7 +362,8 @@ impl<'a> Program<'a> {
     fn final_value(&self, p: &Point) -> f64 {
         let terminal_ms = self.options.terminal_ms;
         if terminal_ms > 0.0 {
-            let thr = self.ctx.layouts.get(p.state as usize).map_or(0.0, |l| l.thr);
+            let last = self.speeds.map_or(0, |rows| rows.len().saturating_sub(2));
+            let thr = if (p.state as usize) < self.pause { self.thr(last, p.state as usize) } else { 0.0 };
             p.value + thr * (terminal_ms - p.leftover).max(0.0) / 1000.0
         } else {
             p.value
@@ -368,6 +398,8 @@ struct Move<'a> {
     scenarios: &'a [ScenarioOutcomes],
     /// Throughput of the layout moved into, samples/s.
     thr: f64,
+    /// Scale of the outcomes' lost work ([`Program::lost_scale`]).
+    lost_scale: f64,
 }
 
 impl Move<'_> {
@@ -382,7 +414,7 @@ impl Move<'_> {
             for o in &self.outs[s.start..s.end] {
                 let busy = carried.min(o.abandon) + o.d;
                 let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
-                part += o.p * (trained - o.lost);
+                part += o.p * (trained - o.lost * self.lost_scale);
                 left += o.p * (busy - interval_ms).max(0.0);
             }
             if single {
@@ -398,13 +430,13 @@ impl Move<'_> {
 
 /// `liveput()` of a pause: nothing trained, the in-flight migration runs on,
 /// the lost work still lost; weighted over the scenarios as [`Move::value`].
-fn pause_samples(outs: &[OutcomeTerms], scenarios: &[ScenarioOutcomes]) -> f64 {
+fn pause_samples(outs: &[OutcomeTerms], scenarios: &[ScenarioOutcomes], lost_scale: f64) -> f64 {
     let single = scenarios.len() == 1;
     let mut samples = 0.0f64;
     for s in scenarios {
         let mut part = 0.0f64;
         for o in &outs[s.start..s.end] {
-            part -= o.p * o.lost;
+            part -= o.p * o.lost * lost_scale;
         }
         samples += if single { part } else { s.weight * part };
     }

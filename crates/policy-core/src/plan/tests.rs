@@ -1268,3 +1268,146 @@ fn risk_buys_replicas() {
     let bold = best_plan_hedged(&profile, None, 0.0, &steps, &rare, 60_000, options, &mut cache).unwrap();
     assert_eq!(bold[0].config, cfg(1, 4), "{bold:?}");
 }
+
+// ------------------------------------------------------- varying throughputs
+
+/// `profile` with every layout's throughput scaled by `factors[k]` (0: it cannot run).
+fn scaled_speeds(profile: &ModelProfile, factors: &[f64]) -> ModelProfile {
+    let mut out = profile.clone();
+    for (c, f) in out.configs.iter_mut().zip(factors.iter().cycle()) {
+        c.samples_per_second *= f;
+    }
+    out
+}
+
+/// Best total value by enumerating every plan when interval `i` trains under
+/// `speeds[i + 1]` and a restart loses work at the old layout's speed in `speeds[i]`.
+fn brute_force_varying(
+    profile: &ModelProfile,
+    speeds: &[&ModelProfile],
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    interval_ms: u64,
+) -> f64 {
+    let thr = |p: &ModelProfile, c: ParallelConfig| p.config(c).unwrap().samples_per_second;
+    let mut best = f64::NEG_INFINITY;
+    let mut stack = vec![(0usize, current, carried_ms, 0.0f64)];
+    while let Some((i, from, carry, acc)) = stack.pop() {
+        let Some(s) = steps.get(i) else {
+            best = best.max(acc);
+            continue;
+        };
+        let after = s.instances_after().unwrap();
+        let now = speeds[i + 1];
+        let mut options: Vec<Option<ParallelConfig>> = vec![None];
+        for c in &profile.configs {
+            if c.config.instances() <= after && thr(now, c.config) > 0.0 && !options.contains(&Some(c.config))
+            {
+                options.push(Some(c.config));
+            }
+        }
+        let old = from_fit(profile, from, s.instances_before);
+        for to in options {
+            let v = liveput(
+                now,
+                &U,
+                old,
+                s.instances_before,
+                s.preempted,
+                s.arrived,
+                to,
+                interval_ms as f64,
+                carry,
+            )
+            .unwrap();
+            // The cost model charged the lost work at `now`'s speed; it was trained at
+            // the speed the old layout had before.
+            let mut samples = v.expected_samples;
+            if let Some(o) = old {
+                let dist = crate::liveput::transition_distribution_under(
+                    now,
+                    &U,
+                    old,
+                    s.instances_before,
+                    s.preempted,
+                    s.arrived,
+                    to,
+                )
+                .unwrap();
+                let p_lost: f64 = dist.outcomes.iter().filter(|x| x.lost_work).map(|x| x.probability).sum();
+                let lost_ms = crate::liveput::lost_work_ms(now);
+                samples += p_lost * lost_ms * (thr(now, o) - thr(speeds[i], o)) / 1000.0;
+            }
+            stack.push((i + 1, to, v.expected_leftover_ms, acc + samples));
+        }
+    }
+    best
+}
+
+#[test]
+fn varying_with_one_profile_is_bit_identical() {
+    let mut rng = SplitMix64(4242);
+    let options = PlanOptions::default();
+    for case in 0..120 {
+        let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+        let mut cache = TransitionCache::default();
+        let plain =
+            best_plan_with(&profile, current, carried, &steps, interval_ms, options, &mut cache).unwrap();
+        let speeds = vec![&profile; steps.len() + 1];
+        let varying =
+            best_plan_varying(&profile, &speeds, current, carried, &steps, interval_ms, options, &mut cache)
+                .unwrap();
+        assert_eq!(varying, plain, "case {case}");
+    }
+}
+
+#[test]
+fn varying_matches_brute_force() {
+    let mut rng = SplitMix64(777);
+    let options = PlanOptions::default();
+    let factors = [0.0, 0.5, 1.0, 1.7];
+    for case in 0..150 {
+        let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+        let speeds: Vec<ModelProfile> = (0..=steps.len())
+            .map(|_| {
+                let f: Vec<f64> =
+                    (0..profile.configs.len()).map(|_| factors[rng.below(4) as usize]).collect();
+                scaled_speeds(&profile, &f)
+            })
+            .collect();
+        let refs: Vec<&ModelProfile> = speeds.iter().collect();
+        let mut cache = TransitionCache::default();
+        let plan =
+            best_plan_varying(&profile, &refs, current, carried, &steps, interval_ms, options, &mut cache)
+                .unwrap();
+        // Every chosen layout runs where it is chosen.
+        for (i, p) in plan.iter().enumerate() {
+            if let Some(c) = p.config {
+                assert!(refs[i + 1].config(c).unwrap().samples_per_second > 0.0, "case {case} step {i}");
+            }
+        }
+        let want = brute_force_varying(&profile, &refs, current, carried, &steps, interval_ms);
+        let got = total(&plan);
+        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "case {case}: {got} vs brute force {want}");
+    }
+}
+
+#[test]
+fn varying_needs_one_speed_profile_per_step_and_one_before() {
+    let profile = toy_profile(&POOL[..3], 0.0);
+    let steps = [step(0, 0, 2), step(2, 0, 0)];
+    let mut cache = TransitionCache::default();
+    let e = best_plan_varying(
+        &profile,
+        &[&profile; 2],
+        None,
+        0.0,
+        &steps,
+        60_000,
+        PlanOptions::default(),
+        &mut cache,
+    )
+    .unwrap_err();
+    assert_eq!(e, LiveputError::SpeedsLength { steps: 2, speeds: 2 });
+}

@@ -30,6 +30,7 @@
 //! reference), with constants from `profiles/peer-constants.json` (embedded;
 //! `--peer-constants` for another file).
 
+mod mixed;
 mod peers;
 mod plots;
 mod score;
@@ -57,7 +58,10 @@ use crate::record::{write_csv, write_json};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Traces to score on (default: the Parcae paper's AWS p3 trace, embedded).
-    /// Repeatable, or several after one `--trace`.
+    /// Repeatable, or several after one `--trace`. `NAME=FILE[,profile=FILE][,spot=USD]
+    /// [,on-demand=USD]` names each trace's instance type instead: the traces are then one
+    /// mixed fleet (`--trace p3=P3.csv --trace g4dn=G4DN.csv,profile=g4dn.json`), each type
+    /// with its own profile (default --profile) and prices.
     #[arg(long, num_args = 1.., value_name = "FILE")]
     pub trace: Vec<PathBuf>,
     #[command(flatten)]
@@ -173,14 +177,22 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let interval_ms = args.input.interval_ms()?;
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let tour = args.is_tour();
-    let (profile, prices) = args.profile.load_with_prices_or(P3_PROFILE, P3_DEFAULT_MODEL)?;
+    let types = if args.trace.iter().any(|t| mixed::is_typed(t)) {
+        mixed::load_types(&args.trace, &args.profile, &args.input, interval_ms)?
+    } else {
+        Vec::new()
+    };
+    let (profile, prices) = match types.first() {
+        Some(first) => (first.profile.clone(), first.prices),
+        None => args.profile.load_with_prices_or(P3_PROFILE, P3_DEFAULT_MODEL)?,
+    };
     let constants = args.profile.constants()?;
     let mut baselines = args.baselines.clone();
     baselines.sort();
     baselines.dedup();
     let peer_constants = load_peer_constants(args.peer_constants.as_deref())?;
     let peers = if args.peers.is_empty() {
-        if peers::covers(&peer_constants, &profile.model) {
+        if types.is_empty() && peers::covers(&peer_constants, &profile.model) {
             PeerArg::expand(&[PeerArg::All])
         } else {
             Vec::new()
@@ -201,8 +213,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         let component = load_policy(&runtime, &spec).with_context(|| format!("loading policy {spec}"))?;
         policies.push(PolicyEntry { spec, component });
     }
-    let traces: Vec<Option<&PathBuf>> =
-        if args.trace.is_empty() { vec![None] } else { args.trace.iter().map(Some).collect() };
+    let traces: Vec<Option<&PathBuf>> = if args.trace.is_empty() {
+        vec![None]
+    } else if !types.is_empty() {
+        vec![Some(&args.trace[0])]
+    } else {
+        args.trace.iter().map(Some).collect()
+    };
     let per_trace = baseline_units(&settings) + policies.len() as u64;
     let progress = progress::bar(per_trace * traces.len() as u64, "scoring");
     let plot_dir = args.plot_dir();
@@ -213,12 +230,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let mut plot_names = Vec::new();
     progress.suspend(|| println!("{LEGEND}\n"));
     for path in traces {
-        let trace = match path {
-            Some(path) => args.input.load(path)?,
-            None => embedded::trace_or(None, args.input.format, P3_TRACE)?,
+        let (bench, notice) = if types.is_empty() {
+            let trace = match path {
+                Some(path) => args.input.load(path)?,
+                None => embedded::trace_or(None, args.input.format, P3_TRACE)?,
+            };
+            let (recovery, notice) = args.notice.recovery_for(trace.source(), &constants)?;
+            (bench_trace(&trace, &profile, &policies, &settings, recovery, &progress)?, notice)
+        } else {
+            // The notice of the first type's cloud (the types of one job share a cloud).
+            let (recovery, notice) = args.notice.recovery_for(&types[0].offer.trace, &constants)?;
+            (mixed::bench_mixed(&types, &policies, &settings, recovery, &progress)?, notice)
         };
-        let (recovery, notice) = args.notice.recovery_for(trace.source(), &constants)?;
-        let bench = bench_trace(&trace, &profile, &policies, &settings, recovery, &progress)?;
         let mut text = format!(
             "{}; preemption notice {} s ({})\n\n{}\n",
             describe(&bench, &profile.model),

@@ -200,7 +200,7 @@ impl PolicyEntry {
 
     /// A fresh guarded policy (new instance, zero counters): the component
     /// serves every interface it exports, the built-ins the others.
-    fn guarded(&self) -> GuardedPolicy {
+    pub(super) fn guarded(&self) -> GuardedPolicy {
         PolicySet::of(&self.component).guarded()
     }
 }
@@ -208,7 +208,12 @@ impl PolicyEntry {
 /// Rows the baselines of `settings` produce per trace (sizes the progress bar).
 pub(super) fn baseline_units(settings: &BenchSettings) -> u64 {
     settings.baselines.iter().map(|b| if *b == Baseline::Artifact { 3 } else { 1 }).sum::<u64>()
-        + settings.peers.iter().map(|&p| if p == Peer::Bamboo { 2 } else { 1 }).sum::<u64>()
+        + peer_units(settings)
+}
+
+/// Rows the peers of `settings` produce per trace (Bamboo has two).
+pub(super) fn peer_units(settings: &BenchSettings) -> u64 {
+    settings.peers.iter().map(|&p| if p == Peer::Bamboo { 2 } else { 1 }).sum::<u64>()
 }
 
 /// Scores every baseline of `settings` and every policy on one trace.

@@ -368,7 +368,7 @@ fn predict_mix(
     goal: Goal,
 ) -> Prediction {
     let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
-    let fleet = mix::MixedFleet::new(&markets, requested);
+    let fleet = mix::requested_fleet(&markets, requested);
     let hours = fleet.series.len() as f64 * interval_ms as f64 / 3_600_000.0;
     let ideal = if fleet.counts.is_empty() {
         0.0
@@ -380,7 +380,7 @@ fn predict_mix(
     let typical: Vec<u32> = means.iter().map(|m| m.round() as u32).collect();
     compositions.prepare(std::slice::from_ref(&typical));
     let (lost_ms_per_hour, mean) =
-        change_cost_ms_per_hour(compositions.profile(&typical), &fleet.series, hours);
+        change_cost_ms_per_hour(compositions.planning(&typical), &fleet.series, hours);
     let overhead = (lost_ms_per_hour / 3_600_000.0).clamp(0.0, 1.0);
     let samples_per_hour = ideal * 3600.0 * (1.0 - overhead);
     let usd_per_hour: f64 = means.iter().zip(offers).map(|(m, o)| m * o.prices.spot_usd_per_hour).sum();
@@ -567,19 +567,25 @@ fn simulate_mix(
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<(mix::MixedFleet, parcae_sim::SimResult)> {
     let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
-    let fleet = mix::MixedFleet::new(&markets, requested);
+    let fleet = mix::requested_fleet(&markets, requested);
     let mut compositions = mix::Compositions::new(offers.iter().map(|o| &o.profile).collect());
     compositions.prepare(&fleet.counts);
-    let profiles: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.profile(c)).collect();
+    let planning: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.planning(c)).collect();
     let fleet_max = fleet.series.iter().map(|s| s.instances).max().unwrap_or(0);
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
-    let decisions = replay_profiles(&fleet.series, |k| profiles[k], policy, &settings, |_| progress.inc(1));
+    let decisions = replay_profiles(&fleet.series, |k| planning[k], policy, &settings, |_| progress.inc(1));
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
     // Each type is priced on its own ([`mix::MixedFleet::usd_of_interval`]); the simulator's
     // one-price totals are not read.
-    let unpriced = Prices { spot_usd_per_hour: 0.0, on_demand_usd_per_hour: 0.0 };
-    let result =
-        parcae_sim::simulate_profiles(&profiles, &fleet.series, interval_ms, &configs, unpriced, recovery)?;
+    let scoring = parcae_sim::mixed::scoring_views(&compositions, &fleet);
+    let result = parcae_sim::mixed::simulate(
+        &scoring,
+        &fleet.series,
+        interval_ms,
+        &configs,
+        MigrationMode::Live,
+        recovery,
+    )?;
     Ok((fleet, result))
 }
 
@@ -598,11 +604,59 @@ pub struct Report {
     pub simulated: Vec<Simulated>,
 }
 
-struct LoadedOffer {
-    offer: Offer,
-    profile: ModelProfile,
-    prices: Prices,
-    market: MarketTrace,
+/// An instance type with its profile, prices and spot market, ready to score.
+pub(crate) struct LoadedOffer {
+    /// What was asked for.
+    pub(crate) offer: Offer,
+    /// Its profile (its own, or the default one).
+    pub(crate) profile: ModelProfile,
+    /// Its prices (the offer's, or its profile's).
+    pub(crate) prices: Prices,
+    /// Its availability per interval.
+    pub(crate) market: MarketTrace,
+}
+
+impl LoadedOffer {
+    /// Parses `NAME=TRACE[,KEY=VALUE]...` ([`parse_offer`]) given as `flag`, and loads the
+    /// profile (the offer's own, else `profile`'s, else the embedded `fallback`: profile
+    /// and model), the prices and the trace.
+    pub(crate) fn load(
+        text: &str,
+        flag: &str,
+        profile: &ProfileArgs,
+        fallback: Option<((&str, &str), &str)>,
+        input: &TraceInput,
+        interval_ms: u64,
+    ) -> anyhow::Result<Self> {
+        let offer = parse_offer(text).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
+        let profile_args = ProfileArgs {
+            profile: offer.profile.clone().or_else(|| profile.profile.clone()),
+            model: profile.model.clone(),
+            cost_constants: profile.cost_constants.clone(),
+        };
+        let loaded = match fallback {
+            Some((embedded, model)) => profile_args.load_with_prices_or(embedded, model),
+            None => profile_args.load_with_prices(),
+        };
+        let (profile, mut prices) =
+            loaded.with_context(|| format!("{flag} {}: loading its profile", offer.name))?;
+        if let Some(p) = offer.spot_usd_per_hour {
+            prices.spot_usd_per_hour = p;
+        }
+        if let Some(p) = offer.on_demand_usd_per_hour {
+            prices.on_demand_usd_per_hour = p;
+        }
+        let trace = input.load(&offer.trace).with_context(|| format!("{flag} {}", offer.name))?;
+        let series = trace.series(interval_ms)?;
+        anyhow::ensure!(
+            !series.is_empty(),
+            "{flag} {}: {}: the trace is empty",
+            offer.name,
+            offer.trace.display()
+        );
+        let market = MarketTrace { series: series.intervals, interval_ms };
+        Ok(LoadedOffer { offer, profile, prices, market })
+    }
 }
 
 fn goal(args: &ProvisionArgs) -> anyhow::Result<Goal> {
@@ -642,36 +696,13 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let mut loaded = Vec::new();
     for text in &args.offers {
-        let offer = parse_offer(text).map_err(|e| anyhow::anyhow!("--offer {e}"))?;
+        let offer = LoadedOffer::load(text, "--offer", &args.profile, None, &args.input, interval_ms)?;
         anyhow::ensure!(
-            loaded.iter().all(|l: &LoadedOffer| l.offer.name != offer.name),
+            loaded.iter().all(|l: &LoadedOffer| l.offer.name != offer.offer.name),
             "--offer {}: the name is given twice",
-            offer.name
+            offer.offer.name
         );
-        let profile_args = ProfileArgs {
-            profile: offer.profile.clone().or_else(|| args.profile.profile.clone()),
-            model: args.profile.model.clone(),
-            cost_constants: args.profile.cost_constants.clone(),
-        };
-        let (profile, mut prices) = profile_args
-            .load_with_prices()
-            .with_context(|| format!("--offer {}: loading its profile", offer.name))?;
-        if let Some(p) = offer.spot_usd_per_hour {
-            prices.spot_usd_per_hour = p;
-        }
-        if let Some(p) = offer.on_demand_usd_per_hour {
-            prices.on_demand_usd_per_hour = p;
-        }
-        let trace = args.input.load(&offer.trace).with_context(|| format!("--offer {}", offer.name))?;
-        let series = trace.series(interval_ms)?;
-        anyhow::ensure!(
-            !series.is_empty(),
-            "--offer {}: {}: the trace is empty",
-            offer.name,
-            offer.trace.display()
-        );
-        let market = MarketTrace { series: series.intervals, interval_ms };
-        loaded.push(LoadedOffer { offer, profile, prices, market });
+        loaded.push(offer);
     }
     let model = loaded.first().map(|l| l.profile.model.clone()).unwrap_or_default();
 
