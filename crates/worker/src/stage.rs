@@ -111,6 +111,26 @@ pub struct StageTrainer {
     /// Compute runs this many times as long as it takes (>= 1): emulates a slower instance
     /// type on one machine (a mixed fleet), by waiting after each micro-batch's compute.
     slowdown: f64,
+    /// What the emulated slowdown keeps (see [`StageTrainer::set_emulated_slowdown`]).
+    emulation: std::sync::Mutex<Emulation>,
+}
+
+/// The emulated slowdown's state.
+#[derive(Debug, Default)]
+struct Emulation {
+    /// Running mean of one micro-batch's forward and backward compute, seconds.
+    typical: [Option<f64>; 2],
+    /// Waiting still owed (negative: waited too long already), seconds: a sleep overruns
+    /// its request (by a millisecond or more on a virtual machine), and the overrun is
+    /// taken off the next wait instead of adding up over a step's many micro-batches.
+    owed: f64,
+}
+
+/// The phases of a micro-batch whose compute an emulated slowdown stretches.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Forward = 0,
+    Backward = 1,
 }
 
 impl std::fmt::Debug for StageTrainer {
@@ -128,7 +148,15 @@ impl StageTrainer {
     /// A trainer holding no layers, at step 0 (it adopts the step of the first layer imported).
     pub fn new(spec: ModelSpec, device: Device) -> Result<Self, WorkerError> {
         spec.validate()?;
-        Ok(StageTrainer { spec, device, step: 0, layers: BTreeMap::new(), pending: None, slowdown: 1.0 })
+        Ok(StageTrainer {
+            spec,
+            device,
+            step: 0,
+            layers: BTreeMap::new(),
+            pending: None,
+            slowdown: 1.0,
+            emulation: std::sync::Mutex::new(Emulation::default()),
+        })
     }
 
     /// A trainer holding freshly initialised `layers` at step 0.
@@ -168,15 +196,37 @@ impl StageTrainer {
 
     /// Makes compute take `factor` times as long (>= 1; anything else is 1): a worker that
     /// stands in for a slower instance type on one machine.
+    ///
+    /// After each micro-batch's forward and backward, the worker waits `factor - 1` times
+    /// the running mean of that phase's compute (not of this one's): a slower accelerator
+    /// makes every kernel longer, but not the host's scheduling noise, and waiting on each
+    /// micro-batch's own time would multiply this machine's noise by `factor` (two such
+    /// workers then straggle `factor` times as much as two fast ones). What a sleep overruns
+    /// is taken off the next wait, so the overrun does not grow with the micro-batches.
     pub fn set_emulated_slowdown(&mut self, factor: f64) {
         self.slowdown = if factor.is_finite() && factor > 1.0 { factor } else { 1.0 };
     }
 
-    /// Waits as long again as the compute since `started` took, `slowdown - 1` times.
-    fn emulate_slowdown(&self, started: std::time::Instant) {
+    /// Waits `slowdown - 1` times the running mean of `phase`'s compute, after folding in
+    /// the compute since `started` (a mean over about ten micro-batches).
+    fn emulate_slowdown(&self, phase: Phase, started: std::time::Instant) {
         if self.slowdown > 1.0 {
-            std::thread::sleep(started.elapsed().mul_f64(self.slowdown - 1.0));
+            let took = started.elapsed().as_secs_f64();
+            let mut emulation = self.emulation.lock().unwrap_or_else(|e| e.into_inner());
+            let mean = emulation.typical[phase as usize].map_or(took, |m| m + 0.1 * (took - m));
+            emulation.typical[phase as usize] = Some(mean);
+            emulation.owed += mean * (self.slowdown - 1.0);
+            if emulation.owed > 0.0 {
+                let asleep = std::time::Instant::now();
+                std::thread::sleep(std::time::Duration::from_secs_f64(emulation.owed));
+                emulation.owed -= asleep.elapsed().as_secs_f64();
+            }
         }
+    }
+
+    /// The held layers changed: their compute will take another time.
+    fn forget_typical_compute(&mut self) {
+        self.emulation.get_mut().unwrap_or_else(|e| e.into_inner()).typical = [None; 2];
     }
 
     /// Committed optimizer steps: the next `compute_step` must be for this step.
@@ -240,6 +290,7 @@ impl StageTrainer {
         if self.layers.insert(state.layer, held).is_some() {
             debug!(layer = state.layer, "replaced a held layer");
         }
+        self.forget_typical_compute();
         self.step = state.step;
         Ok(())
     }
@@ -247,6 +298,7 @@ impl StageTrainer {
     /// Forgets a layer (after it has been handed to its new owner).
     pub fn drop_layer(&mut self, layer: usize) -> Result<(), WorkerError> {
         self.ensure_no_pending("drop a layer")?;
+        self.forget_typical_compute();
         self.layers.remove(&layer).map(|_| ()).ok_or(WorkerError::LayerNotHeld(layer))
     }
 
@@ -349,10 +401,10 @@ impl StageTrainer {
                     .f_log_softmax(-1, Kind::Float)?
                     .f_nll_loss::<Tensor>(&targets.f_view([-1])?, None, tch::Reduction::Mean, -100)?;
                 loss_sum += loss.f_double_value(&[])? * spec.micro_batch as f64;
-                self.emulate_slowdown(started);
+                self.emulate_slowdown(Phase::Forward, started);
                 loss * scale
             } else {
-                self.emulate_slowdown(started);
+                self.emulate_slowdown(Phase::Forward, started);
                 link.send_activation(step, m, &h.f_detach()?)?;
                 h
             };
@@ -366,14 +418,14 @@ impl StageTrainer {
             if last {
                 let started = std::time::Instant::now();
                 f.output.f_backward()?;
-                self.emulate_slowdown(started);
+                self.emulate_slowdown(Phase::Backward, started);
             } else {
                 let g = link.recv_grad(step, m)?;
                 check_shape("gradient", m, &g, &hidden)?;
                 let g = g.f_to_device(self.device)?.f_to_kind(Kind::Float)?;
                 let started = std::time::Instant::now();
                 f.output.f_mul(&g)?.f_sum(Kind::Float)?.f_backward()?;
-                self.emulate_slowdown(started);
+                self.emulate_slowdown(Phase::Backward, started);
             }
             if let Some(input) = f.input {
                 link.send_grad(step, m, &input.grad())?;

@@ -6,8 +6,10 @@
 //! type's compute take `--slowdown` times as long), then one worker of each type trains
 //! (2, 1) with the batch split by speed. The model's prediction of the mixed step, from the
 //! two types' profiles, is set beside the measured one, and the mixed fleet's throughput
-//! beside each type's alone. The runs alternate types (fast, slow, fast, slow, mixed) so a
-//! drift of the machine's speed touches both profiles alike.
+//! beside each type's alone. The runs alternate types (fast, slow, fast, slow, mixed), and
+//! each repeat runs them in the reverse order of the one before (ABBA), with every figure
+//! the median over all its repeats' steps, so a drift of the machine's speed touches every
+//! figure alike.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,6 +31,9 @@ pub struct MixedBenchArgs {
     /// Wall-clock seconds of each run (three intervals of a third of it).
     #[arg(long, default_value_t = 15.0)]
     pub seconds: f64,
+    /// Runs of each fleet, in alternating order.
+    #[arg(long, default_value_t = 2)]
+    pub repeats: u32,
     /// Where the runs and the report go.
     #[arg(long, default_value = "out/bench-mixed")]
     pub out_dir: PathBuf,
@@ -54,8 +59,8 @@ pub struct MixedBench {
     pub shares: Vec<u64>,
 }
 
-/// Median step period of a run's log, ms (the first steps, warm-up, left out).
-fn step_ms(log: &Path) -> anyhow::Result<f64> {
+/// Step periods of a run's log, ms (the first steps, warm-up, left out).
+fn step_periods(log: &Path) -> anyhow::Result<Vec<f64>> {
     let text = std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not an event log", log.display()))?;
@@ -66,10 +71,15 @@ fn step_ms(log: &Path) -> anyhow::Result<f64> {
         .filter(|e| e["event"] == "step")
         .filter_map(|e| e["t_s"].as_f64())
         .collect();
-    let mut gaps: Vec<f64> = times.windows(2).skip(3).map(|w| (w[1] - w[0]) * 1000.0).collect();
+    let gaps: Vec<f64> = times.windows(2).skip(3).map(|w| (w[1] - w[0]) * 1000.0).collect();
     anyhow::ensure!(gaps.len() >= 5, "{}: only {} steps timed", log.display(), gaps.len());
-    gaps.sort_by(f64::total_cmp);
-    Ok(gaps[gaps.len() / 2])
+    Ok(gaps)
+}
+
+/// The median of `values` (not empty).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// The micro-batch shares of the run's first reconfiguration.
@@ -107,6 +117,7 @@ fn profile(ms: [f64; 2]) -> ModelProfile {
 pub fn run(args: &MixedBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.slowdown.is_finite() && args.slowdown >= 1.0, "--slowdown must be at least 1");
     anyhow::ensure!(args.seconds >= 3.0, "--seconds must be at least 3");
+    anyhow::ensure!(args.repeats >= 1, "--repeats must be at least 1");
     let out = &args.out_dir;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let host = this_binary()?;
@@ -136,12 +147,29 @@ pub fn run(args: &MixedBenchArgs) -> anyhow::Result<()> {
         run_child(&mut command, &format!("parcae-host run ({name})"))?;
         Ok(run_dir.join("events.json"))
     };
-    let fast_1 = step_ms(&one_run("fast-1", 1, &fast)?)?;
-    let slow_1 = step_ms(&one_run("slow-1", 1, &slow)?)?;
-    let fast_2 = step_ms(&one_run("fast-2", 2, &fast)?)?;
-    let slow_2 = step_ms(&one_run("slow-2", 2, &slow)?)?;
-    let mixed_log = one_run("mixed", 2, &both)?;
-    let mixed_ms = step_ms(&mixed_log)?;
+    let fleets: [(&str, u32, &str); 5] = [
+        ("fast-1", 1, &fast),
+        ("slow-1", 1, &slow),
+        ("fast-2", 2, &fast),
+        ("slow-2", 2, &slow),
+        ("mixed", 2, &both),
+    ];
+    let mut periods: Vec<Vec<f64>> = vec![Vec::new(); fleets.len()];
+    let mut mixed_log = None;
+    for repeat in 0..args.repeats {
+        let order: Vec<usize> =
+            if repeat % 2 == 0 { (0..fleets.len()).collect() } else { (0..fleets.len()).rev().collect() };
+        for i in order {
+            let (name, d, types) = fleets[i];
+            let log = one_run(&format!("{name}-{}", repeat + 1), d, types)?;
+            periods[i].extend(step_periods(&log)?);
+            if name == "mixed" {
+                mixed_log = Some(log);
+            }
+        }
+    }
+    let [fast_1, slow_1, fast_2, slow_2, mixed_ms] = [0, 1, 2, 3, 4].map(|i| median(periods[i].clone()));
+    let mixed_log = mixed_log.context("no mixed run")?;
     let (fast_p, slow_p) = (profile([fast_1, fast_2]), profile([slow_1, slow_2]));
     let predicted =
         mixed_step(&[&fast_p, &slow_p], &MixedConfig { pipeline_stages: 1, replicas: vec![1, 1] })
