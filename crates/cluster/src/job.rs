@@ -420,6 +420,7 @@ impl JobState {
                 worker: id,
                 layers: self.holdings.get(&id).cloned().unwrap_or(0..0),
                 leaving: !staying.contains(&id),
+                slowdown: contacts.get(&id).map_or(1.0, |c| c.slowdown),
             })
             .collect();
         let migration = plan_migration(layer_bytes, self.layout.as_ref(), &holdings, &target, strategy)?;

@@ -20,7 +20,7 @@ use crate::layout::{Layout, Slot};
 pub type WorkerId = u64;
 
 /// What an available worker holds before the reconfiguration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Holding {
     /// The worker this describes.
     pub worker: WorkerId,
@@ -28,6 +28,21 @@ pub struct Holding {
     pub layers: Range<usize>,
     /// Under a preemption notice: it may still send its state but takes no slot.
     pub leaving: bool,
+    /// How many times as long its compute takes as the fleet's nominal worker (its
+    /// instance type's speed; 1 = nominal): see [`plan_migration`] on mixed fleets.
+    #[serde(default = "nominal_speed")]
+    pub slowdown: f64,
+}
+
+fn nominal_speed() -> f64 {
+    1.0
+}
+
+impl Holding {
+    /// A worker of nominal speed.
+    pub fn new(worker: WorkerId, layers: Range<usize>, leaving: bool) -> Self {
+        Holding { worker, layers, leaving, slowdown: 1.0 }
+    }
 }
 
 /// Where a layer's state comes from.
@@ -129,6 +144,19 @@ pub enum MigrationError {
     },
 }
 
+/// The pace (largest slowdown) each replica of `target` gets when the fastest `D x P`
+/// candidates are dealt out `P` at a time, fastest first; `None` when every candidate has
+/// the same speed (nothing to place).
+fn replica_paces(holdings: &[Holding], candidates: &[usize], target: &Layout) -> Option<Vec<f64>> {
+    let mut speeds: Vec<f64> = candidates.iter().map(|&i| holdings[i].slowdown).collect();
+    if speeds.iter().all(|s| *s == speeds[0]) {
+        return None;
+    }
+    speeds.sort_by(f64::total_cmp);
+    let p = target.pipeline_stages.max(1);
+    Some((0..target.data_parallel).map(|r| speeds[(r + 1) * p - 1]).collect())
+}
+
 fn overlap_bytes(layer_bytes: &[u64], a: &Range<usize>, b: &Range<usize>) -> u64 {
     let (start, end) = (a.start.max(b.start), a.end.min(b.end));
     if start >= end { 0 } else { layer_bytes[start..end].iter().sum() }
@@ -137,6 +165,13 @@ fn overlap_bytes(layer_bytes: &[u64], a: &Range<usize>, b: &Range<usize>) -> u64
 /// Plans the move from `holdings` (every available worker, survivors and
 /// newcomers alike) to `target`. `previous` is the layout the job ran before
 /// (None at the start or after a pause), used to classify the move.
+///
+/// **Mixed fleets.** A replica steps at the pace of its slowest worker, so when the
+/// workers differ in speed ([`Holding::slowdown`]) the Kuhn-Munkres assignment places
+/// replicas by type before it saves bytes: the fastest `D x P` workers are the ones used,
+/// taken `P` at a time (fastest first) to set each replica's pace, and a slot's weight
+/// for a worker no slower than its replica's pace exceeds any state in place. Among such
+/// placements the one that moves the fewest bytes wins, as with one speed.
 pub fn plan_migration(
     layer_bytes: &[u64],
     previous: Option<&Layout>,
@@ -178,16 +213,30 @@ pub fn plan_migration(
     let lost = (0..layers).any(|l| !holdings.iter().any(|h| h.layers.contains(&l)));
 
     let columns: Vec<usize> = match strategy {
-        _ if lost => candidates[..slots.len()].to_vec(),
+        // Nothing in place to keep: the fastest workers, replica by replica (slots are
+        // replica-major), so each replica's workers share a pace.
+        _ if lost => {
+            let mut by_speed = candidates.clone();
+            by_speed.sort_by(|&a, &b| holdings[a].slowdown.total_cmp(&holdings[b].slowdown));
+            by_speed[..slots.len()].to_vec()
+        }
         AssignmentStrategy::Naive => candidates[..slots.len()].to_vec(),
         AssignmentStrategy::KuhnMunkres => {
+            let pace = replica_paces(holdings, &candidates, target);
+            // More than all the state there is: keeping a replica at its pace comes first.
+            let coherent: u64 = layer_bytes.iter().sum::<u64>().saturating_add(1);
             let weights: Vec<Vec<u64>> = slots
                 .iter()
                 .map(|&slot| {
                     let want = target.layers(slot);
                     candidates
                         .iter()
-                        .map(|&i| overlap_bytes(layer_bytes, &holdings[i].layers, &want))
+                        .map(|&i| {
+                            let in_place = overlap_bytes(layer_bytes, &holdings[i].layers, &want);
+                            let keeps_pace =
+                                pace.as_ref().is_none_or(|p| holdings[i].slowdown <= p[slot.replica]);
+                            in_place + if keeps_pace { coherent } else { 0 }
+                        })
                         .collect()
                 })
                 .collect();
@@ -255,7 +304,7 @@ mod tests {
     }
 
     fn h(worker: WorkerId, layers: Range<usize>) -> Holding {
-        Holding { worker, layers, leaving: false }
+        Holding::new(worker, layers, false)
     }
 
     const BYTES: [u64; 4] = [10, 10, 10, 10];
@@ -324,7 +373,7 @@ mod tests {
     #[test]
     fn a_worker_under_notice_hands_off_its_state_and_takes_no_slot() {
         let target = layout(1, vec![0..2, 2..4]);
-        let leaving = Holding { worker: 2, layers: 2..4, leaving: true };
+        let leaving = Holding::new(2, 2..4, true);
         let holdings = [h(1, 0..2), leaving, h(3, 0..0)];
         let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
             .unwrap();
@@ -365,5 +414,68 @@ mod tests {
             plan_migration(&BYTES, None, &[h(1, 0..0), h(2, 0..0)], &gap, AssignmentStrategy::KuhnMunkres),
             Err(MigrationError::BadLayout { .. })
         ));
+    }
+
+    fn typed(worker: WorkerId, layers: Range<usize>, slowdown: f64) -> Holding {
+        Holding { slowdown, ..h(worker, layers) }
+    }
+
+    /// The speeds of each replica's workers in `plan`.
+    fn replica_speeds(plan: &MigrationPlan, holdings: &[Holding], d: usize) -> Vec<Vec<f64>> {
+        let mut speeds = vec![Vec::new(); d];
+        for &(slot, worker) in &plan.assignment {
+            speeds[slot.replica].push(holdings.iter().find(|h| h.worker == worker).unwrap().slowdown);
+        }
+        speeds
+    }
+
+    #[test]
+    fn mixed_speeds_place_each_replica_on_one_type_and_still_keep_state_in_place() {
+        let target = layout(2, vec![0..2, 2..4]);
+        // Each old replica had a fast and a slow worker: replica 0 = (1 fast, 3 slow),
+        // replica 1 = (4 slow, 2 fast). Regrouped by type, every worker keeps its stage.
+        let holdings = [typed(1, 0..2, 1.0), typed(3, 2..4, 3.0), typed(4, 0..2, 3.0), typed(2, 2..4, 1.0)];
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
+        for speeds in replica_speeds(&plan, &holdings, 2) {
+            assert!(speeds.iter().all(|s| *s == speeds[0]), "a replica mixes speeds: {plan:?}");
+        }
+        assert_eq!(plan.bytes_moved, 0);
+        // With one speed the same holdings keep their old places (nothing to regroup for).
+        let same: Vec<Holding> = holdings.iter().map(|x| Holding { slowdown: 1.0, ..x.clone() }).collect();
+        let plan =
+            plan_migration(&BYTES, Some(&target), &same, &target, AssignmentStrategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.bytes_moved, 0);
+    }
+
+    #[test]
+    fn a_slow_worker_idles_while_faster_ones_can_take_its_place() {
+        let whole = std::iter::once(0..4).collect();
+        let target = layout(2, whole);
+        // The slow worker 1 holds the state; fast newcomers 2 and 3 take both slots.
+        let holdings = [typed(1, 0..4, 3.0), typed(2, 0..0, 1.0), typed(3, 0..0, 1.0)];
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
+        assert_eq!(plan.idle, [1]);
+        assert_eq!(replica_speeds(&plan, &holdings, 2), [vec![1.0], vec![1.0]]);
+        // Every fast worker busy, the slow one gets the second replica and keeps its state.
+        let holdings = [typed(1, 0..4, 3.0), typed(2, 0..0, 1.0)];
+        let plan = plan_migration(&BYTES, Some(&target), &holdings, &target, AssignmentStrategy::KuhnMunkres)
+            .unwrap();
+        assert!(plan.idle.is_empty());
+        assert_eq!(plan.bytes_moved, 40);
+        // After a restart (state lost) too: the fastest workers, replica by replica.
+        let deep = layout(2, vec![0..2, 2..4]);
+        let holdings = [
+            typed(1, 0..0, 3.0),
+            typed(2, 0..0, 1.0),
+            typed(3, 0..0, 2.0),
+            typed(4, 0..0, 1.0),
+            typed(5, 0..0, 2.0),
+        ];
+        let plan = plan_migration(&BYTES, None, &holdings, &deep, AssignmentStrategy::KuhnMunkres).unwrap();
+        assert_eq!(plan.kind, MigrationKind::Restart);
+        assert_eq!(plan.idle, [1]);
+        assert_eq!(replica_speeds(&plan, &holdings, 2), [vec![1.0, 1.0], vec![2.0, 2.0]]);
     }
 }

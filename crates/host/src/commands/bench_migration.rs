@@ -120,10 +120,8 @@ fn replay_strategy(
         if unchanged {
             continue;
         }
-        let list: Vec<Holding> = holdings
-            .iter()
-            .map(|(&worker, layers)| Holding { worker, layers: layers.clone(), leaving: false })
-            .collect();
+        let list: Vec<Holding> =
+            holdings.iter().map(|(&worker, layers)| Holding::new(worker, layers.clone(), false)).collect();
         let plan = match plan_migration(layer_bytes, current.as_ref(), &list, &target, strategy) {
             Ok(plan) => plan,
             // The policy never plans beyond the fleet; if the trace disagrees, skip the interval.
