@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the JavaScript reactive policy into a WebAssembly component (world
-# parcae:policy/full-policy@0.2.0) with the pinned componentize-js of
+# parcae:policy/full-policy@0.3.0) with the pinned componentize-js of
 # tools/componentize-js (installed by scripts/setup-js.sh, which this script runs
 # first; it is a no-op when node_modules is already up to date).
 #

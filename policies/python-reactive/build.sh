@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Python reactive policy into a WebAssembly component (world
-# parcae:policy/full-policy@0.2.0) with the pinned componentize-py of
+# parcae:policy/full-policy@0.3.0) with the pinned componentize-py of
 # scripts/requirements-python.txt (installed into $REPO/.venv by
 # scripts/setup-python.sh, which this script runs first; it is a no-op when the
 # venv is already up to date).

@@ -20,9 +20,9 @@ from wasmtime import Config, Engine, Store, WasiConfig
 from wasmtime.component import Component, Linker, Record
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PREDICTOR = "parcae:policy/predictor@0.2.0"
-OPTIMIZER = "parcae:policy/optimizer@0.2.0"
-LOG = "parcae:policy/log@0.2.0"
+PREDICTOR = "parcae:policy/predictor@0.3.0"
+OPTIMIZER = "parcae:policy/optimizer@0.3.0"
+LOG = "parcae:policy/log@0.3.0"
 
 
 def rec(**fields):

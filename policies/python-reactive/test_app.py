@@ -56,7 +56,7 @@ def profile(configs) -> ModelProfile:
 
 def request(instances_now, forecast, configs, interval_ms=60_000) -> OptimizeRequest:
     stats = [IntervalStats(n, 0, 0) for n in forecast]
-    return OptimizeRequest(stats, instances_now, None, interval_ms, profile(configs), Recovery(120_000.0, 0.0))
+    return OptimizeRequest(stats, instances_now, None, interval_ms, profile(configs), Recovery(120_000.0, 0.0), [])
 
 
 def chosen(plan):
@@ -65,11 +65,11 @@ def chosen(plan):
 
 class PredictorTest(unittest.TestCase):
     def test_persistence_repeats_last_count(self):
-        forecast = app.Predictor().predict(PredictRequest([IntervalStats(7, 2, 1)], 3, 60_000, 0, 32))
+        forecast = app.Predictor().predict(PredictRequest([IntervalStats(7, 2, 1)], 3, 60_000, 0, 32, []))
         self.assertEqual(forecast, [IntervalStats(7, 0, 0)] * 3)
 
     def test_empty_history_forecasts_zero(self):
-        forecast = app.Predictor().predict(PredictRequest([], 2, 60_000, 0, 32))
+        forecast = app.Predictor().predict(PredictRequest([], 2, 60_000, 0, 32, []))
         self.assertEqual(forecast, [IntervalStats(0, 0, 0)] * 2)
 
 

@@ -5,7 +5,7 @@
 //! `replay`, `bench`, `provision` and `bench-migration`.
 
 use parcae_policy_core::{
-    IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest, Recovery,
+    IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest, Recovery, TypeCount,
 };
 use parcae_runtime::{Answer, GuardedPolicy, Source};
 use serde::Serialize;
@@ -22,6 +22,29 @@ pub struct ControlSettings {
     /// How the deployment recovers a stage that loses every holder (the
     /// cloud's preemption notice), told to the optimizer.
     pub recovery: Recovery,
+}
+
+/// The instance types of a mixed fleet's intervals, told to the policy (WIT 0.3.0's
+/// `history-by-type` and `instances-now-by-type`).
+#[derive(Debug, Clone, Copy)]
+pub struct FleetTypes<'a> {
+    /// The types' names.
+    pub names: &'a [String],
+    /// Per interval of the series, the instances of each type (in `names`' order).
+    pub counts: &'a [Vec<u32>],
+}
+
+impl FleetTypes<'_> {
+    /// Interval `k`'s instances by type (empty past the series).
+    fn at(&self, k: usize) -> Vec<TypeCount> {
+        self.counts.get(k).map_or_else(Vec::new, |c| {
+            self.names
+                .iter()
+                .zip(c)
+                .map(|(name, &instances)| TypeCount { instance_type: name.clone(), instances })
+                .collect()
+        })
+    }
 }
 
 /// What one control step decided and who answered.
@@ -43,7 +66,8 @@ pub struct ControlStep {
 
 /// Forecasts and plans for the interval starting now, `now` (its events
 /// happen at its start, so it is observed), after the intervals `past`;
-/// `current` is the layout the job runs now.
+/// `current` is the layout the job runs now; `types`, on a mixed fleet, the
+/// instance types of `past` and `now` (in that order).
 pub fn decide(
     policy: &mut GuardedPolicy,
     settings: &ControlSettings,
@@ -51,6 +75,7 @@ pub fn decide(
     past: &[IntervalStats],
     now: IntervalStats,
     current: Option<ParallelConfig>,
+    types: Option<FleetTypes<'_>>,
 ) -> ControlStep {
     let fleet_min = past.iter().map(|h| h.instances).fold(now.instances, u32::min);
     let forecast = if settings.horizon > 1 {
@@ -58,6 +83,7 @@ pub fn decide(
         history.extend_from_slice(past);
         history.push(now);
         policy.predict(&PredictRequest {
+            history_by_type: types.map_or_else(Vec::new, |t| (0..=past.len()).map(|k| t.at(k)).collect()),
             history,
             horizon: settings.horizon - 1,
             interval_ms: settings.interval_ms,
@@ -71,6 +97,7 @@ pub fn decide(
     planned.push(now);
     planned.extend_from_slice(&forecast.value);
     let plan = policy.optimize(&OptimizeRequest {
+        instances_now_by_type: types.map_or_else(Vec::new, |t| t.at(past.len())),
         forecast: planned,
         instances_now: now.instances,
         current,
@@ -143,22 +170,24 @@ pub fn replay(
     settings: &ControlSettings,
     on_decision: impl FnMut(&Decision),
 ) -> Vec<Decision> {
-    replay_profiles(series, |_| profile, policy, settings, on_decision)
+    replay_profiles(series, |_| profile, policy, settings, None, on_decision)
 }
 
 /// [`replay`] with each interval's own profile (`profile_at(k)` for interval `k`): a mixed
-/// fleet, whose composition sets what each layout trains, tells the policy so.
+/// fleet, whose composition sets what each layout trains, tells the policy so, and the
+/// instances of each type (`types`, one entry per interval of `series`).
 pub fn replay_profiles<'p>(
     series: &[IntervalStats],
     profile_at: impl Fn(usize) -> &'p ModelProfile,
     policy: &mut GuardedPolicy,
     settings: &ControlSettings,
+    types: Option<FleetTypes<'_>>,
     mut on_decision: impl FnMut(&Decision),
 ) -> Vec<Decision> {
     let mut decisions = Vec::with_capacity(series.len());
     let mut current: Option<ParallelConfig> = None;
     for (k, observed) in series.iter().enumerate() {
-        let step = decide(policy, settings, profile_at(k), &series[..k], *observed, current);
+        let step = decide(policy, settings, profile_at(k), &series[..k], *observed, current, types);
         let decision = Decision {
             interval: k,
             start_ms: k as u64 * settings.interval_ms,
@@ -177,4 +206,19 @@ pub fn replay_profiles<'p>(
         current = step.config;
     }
     decisions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fleet_types_name_each_intervals_instances_by_type() {
+        let names = ["p3".to_string(), "g4dn".to_string()];
+        let counts = [vec![2, 0], vec![2, 3]];
+        let types = FleetTypes { names: &names, counts: &counts };
+        let at = |k| types.at(k).into_iter().map(|t| (t.instance_type, t.instances)).collect::<Vec<_>>();
+        assert_eq!(at(1), [("p3".to_string(), 2), ("g4dn".to_string(), 3)]);
+        assert!(types.at(2).is_empty());
+    }
 }

@@ -226,7 +226,7 @@ mod tests {
         let p = Placeholders::for_name("my-policy");
         assert_eq!(
             p.fill("{{name}} {{crate_name}} {{wit_package}}"),
-            "my-policy my_policy parcae:policy@0.2.0"
+            "my-policy my_policy parcae:policy@0.3.0"
         );
     }
 

@@ -111,8 +111,8 @@ fn scaffold_build_check_bench(lang: &str, env: &[(&str, String)]) {
 
     let checked = Instant::now();
     let check = host_in(&root(), &["policy", "check", wasm]);
-    assert!(check.contains("ok, implements world full-policy of parcae:policy@0.2.0"), "{check}");
-    assert!(check.contains("imports parcae:policy/log@0.2.0"), "{check}");
+    assert!(check.contains("ok, implements world full-policy of parcae:policy@0.3.0"), "{check}");
+    assert!(check.contains("imports parcae:policy/log@0.3.0"), "{check}");
     let check_s = checked.elapsed().as_secs_f64();
 
     let benched = Instant::now();

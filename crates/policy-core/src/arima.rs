@@ -443,7 +443,14 @@ mod tests {
     }
 
     fn request(counts: &[u32], horizon: u32, fleet_min: u32, fleet_max: u32) -> PredictRequest {
-        PredictRequest { history: history(counts), horizon, interval_ms: 60_000, fleet_min, fleet_max }
+        PredictRequest {
+            history_by_type: Vec::new(),
+            history: history(counts),
+            horizon,
+            interval_ms: 60_000,
+            fleet_min,
+            fleet_max,
+        }
     }
 
     fn predict_checked(arima: &mut Arima, req: &PredictRequest) -> Vec<IntervalStats> {

@@ -303,6 +303,7 @@ mod tests {
         let mut forecast = vec![observed];
         forecast.extend(std::iter::repeat_n(steady, horizon - 1));
         OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast,
             instances_now: observed.instances,
             current,
@@ -322,6 +323,7 @@ mod tests {
         let mut decisions = Vec::new();
         for k in 0..history.len() {
             let predict = PredictRequest {
+                history_by_type: Vec::new(),
                 history: history[..=k].to_vec(),
                 horizon: 6,
                 interval_ms: 60_000,

@@ -122,6 +122,7 @@ mod tests {
     ) -> OptimizeRequest {
         let forecast = IntervalStats::chain_from(before, counts);
         OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             instances_now: forecast.first().map_or(0, |s| s.instances),
             forecast,
             current,
@@ -170,6 +171,7 @@ mod tests {
             IntervalStats { instances: 7, arrivals: 3, preemptions: 0 },
         ];
         let r = OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast,
             instances_now: 6,
             current: None,

@@ -89,6 +89,7 @@ mod tests {
             .map(|instances| IntervalStats { instances, arrivals: 0, preemptions: 0 })
             .to_vec();
         let request = OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast,
             instances_now: 4,
             current: None,
@@ -107,6 +108,7 @@ mod tests {
     #[test]
     fn persistence_repeats_last_count() {
         let request = PredictRequest {
+            history_by_type: Vec::new(),
             history: vec![IntervalStats { instances: 7, arrivals: 2, preemptions: 1 }],
             horizon: 3,
             interval_ms: 60_000,

@@ -124,6 +124,7 @@ mod tests {
 
     fn predict_request(history: &[IntervalStats], horizon: u32) -> PredictRequest {
         PredictRequest {
+            history_by_type: Vec::new(),
             history: history.to_vec(),
             horizon,
             interval_ms: 60_000,
@@ -141,6 +142,7 @@ mod tests {
         let mut planned = vec![observed];
         planned.extend_from_slice(forecast);
         OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast: planned,
             instances_now: observed.instances,
             current,

@@ -200,6 +200,20 @@ pub struct PredictRequest {
     pub fleet_min: u32,
     /// Largest fleet the job may hold; forecasts above it are invalid.
     pub fleet_max: u32,
+    /// The instance types of each history entry's instances (one list per entry; empty
+    /// for a fleet of one type).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub history_by_type: Vec<Vec<TypeCount>>,
+}
+
+/// Instances of one instance type: one part of a mixed fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct TypeCount {
+    /// The instance type's name as the host knows it.
+    pub instance_type: String,
+    /// Its instances alive.
+    pub instances: u32,
 }
 
 /// Input of one planning step.
@@ -220,6 +234,10 @@ pub struct OptimizeRequest {
     pub profile: ModelProfile,
     /// How a stage that loses every holder is recovered (the cloud's notice).
     pub recovery: crate::Recovery,
+    /// The instances alive now by instance type (empty for a fleet of one type); on a
+    /// mixed fleet `profile` describes this composition.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub instances_now_by_type: Vec<TypeCount>,
 }
 
 impl OptimizeRequest {

@@ -215,6 +215,7 @@ mod tests {
 
     fn optimize_request() -> OptimizeRequest {
         OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast: vec![stats(4, 0, 0), stats(3, 0, 1)],
             instances_now: 4,
             current: None,
@@ -227,6 +228,7 @@ mod tests {
     #[test]
     fn forecasts_must_be_consistent_and_bounded() {
         let request = PredictRequest {
+            history_by_type: Vec::new(),
             history: vec![stats(5, 5, 0)],
             horizon: 2,
             interval_ms: 1000,

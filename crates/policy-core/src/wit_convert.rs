@@ -28,11 +28,12 @@ macro_rules! impl_wit_conversions {
             rendezvous_ms, process_start_ms, add_extra_ms, checkpoint_restart_ms, checkpoint_interval_ms
         });
         $crate::impl_wit_conversions!(@both Recovery { preemption_notice_ms, checkpoint_write_bytes_per_ms });
+        $crate::impl_wit_conversions!(@both TypeCount { instance_type, instances });
         $crate::impl_wit_conversions!(@request wit_predictor::PredictRequest => PredictRequest {
-            history, horizon, interval_ms, fleet_min, fleet_max
+            history, horizon, interval_ms, fleet_min, fleet_max, history_by_type
         });
         $crate::impl_wit_conversions!(@request wit_optimizer::OptimizeRequest => OptimizeRequest {
-            forecast, instances_now, current, interval_ms, profile, recovery
+            forecast, instances_now, current, interval_ms, profile, recovery, instances_now_by_type
         });
     };
     (@both $name:ident { $($field:ident),* $(,)? }) => {

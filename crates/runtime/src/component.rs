@@ -14,10 +14,10 @@ use crate::instance::PolicyInstance;
 use crate::sandbox::{EPOCH_TICK, GuestState, SandboxLimits};
 
 /// Export names of the two policy interfaces.
-const PREDICTOR_EXPORT: &str = "parcae:policy/predictor@0.2.0";
-const OPTIMIZER_EXPORT: &str = "parcae:policy/optimizer@0.2.0";
-const LOG_IMPORT: &str = "parcae:policy/log@0.2.0";
-const TYPES_IMPORT: &str = "parcae:policy/types@0.2.0";
+const PREDICTOR_EXPORT: &str = "parcae:policy/predictor@0.3.0";
+const OPTIMIZER_EXPORT: &str = "parcae:policy/optimizer@0.3.0";
+const LOG_IMPORT: &str = "parcae:policy/log@0.3.0";
+const TYPES_IMPORT: &str = "parcae:policy/types@0.3.0";
 
 /// The WASI packages the sandbox links (wasmtime-wasi's p2 set), granting no
 /// capability through them. A component importing another WASI package

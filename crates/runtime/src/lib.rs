@@ -35,4 +35,4 @@ pub use instance::PolicyInstance;
 pub use sandbox::SandboxLimits;
 
 /// WIT package this runtime implements; a component must target it.
-pub const WIT_PACKAGE: &str = "parcae:policy@0.2.0";
+pub const WIT_PACKAGE: &str = "parcae:policy@0.3.0";

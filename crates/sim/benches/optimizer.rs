@@ -96,6 +96,7 @@ fn run_policy(profile: &ModelProfile, series: &[IntervalStats]) -> f64 {
     let mut expected = 0.0;
     for k in 0..series.len() {
         let predict = PredictRequest {
+            history_by_type: Vec::new(),
             history: series[..=k].to_vec(),
             horizon: HORIZON - 1,
             interval_ms: INTERVAL_MS,
@@ -106,6 +107,7 @@ fn run_policy(profile: &ModelProfile, series: &[IntervalStats]) -> f64 {
         forecast.extend(arima.predict(&predict).unwrap());
         let plan = liveput
             .optimize(&OptimizeRequest {
+                instances_now_by_type: Vec::new(),
                 forecast,
                 instances_now: series[k].instances,
                 current,
@@ -140,6 +142,7 @@ fn decision_request(
         n = next;
     }
     OptimizeRequest {
+        instances_now_by_type: Vec::new(),
         forecast,
         instances_now: now,
         current: Some(current),

@@ -29,6 +29,7 @@ pub fn drive_native<P: Predictor + Optimizer>(
         let mut planned = vec![*observed];
         if horizon > 1 {
             let request = PredictRequest {
+                history_by_type: Vec::new(),
                 history: series[..=k].to_vec(),
                 horizon: horizon - 1,
                 interval_ms,
@@ -39,6 +40,7 @@ pub fn drive_native<P: Predictor + Optimizer>(
         }
         let plan = policy
             .optimize(&OptimizeRequest {
+                instances_now_by_type: Vec::new(),
                 forecast: planned,
                 instances_now: observed.instances,
                 current,

@@ -33,6 +33,7 @@ fn profile() -> ModelProfile {
 fn requests() -> (PredictRequest, OptimizeRequest) {
     let counts: Vec<u32> = (0..17).map(|i| 32 - (i % 5) * 3).collect();
     let predict = PredictRequest {
+        history_by_type: Vec::new(),
         history: history(&counts),
         horizon: 12,
         interval_ms: 60_000,
@@ -41,6 +42,7 @@ fn requests() -> (PredictRequest, OptimizeRequest) {
     };
     let forecast = Persistence.predict(&predict).unwrap();
     let optimize = OptimizeRequest {
+        instances_now_by_type: Vec::new(),
         forecast,
         instances_now: *counts.last().unwrap(),
         current: None,

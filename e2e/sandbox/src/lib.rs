@@ -61,6 +61,7 @@ pub fn history(counts: &[u32]) -> Vec<IntervalStats> {
 /// A forecast request over `counts` with horizon `horizon`.
 pub fn predict_request(counts: &[u32], horizon: u32) -> PredictRequest {
     PredictRequest {
+        history_by_type: Vec::new(),
         history: history(counts),
         horizon,
         interval_ms: 60_000,
@@ -72,6 +73,7 @@ pub fn predict_request(counts: &[u32], horizon: u32) -> PredictRequest {
 /// An optimize request for a flat forecast of `instances`.
 pub fn optimize_request(instances: u32, horizon: usize) -> OptimizeRequest {
     OptimizeRequest {
+        instances_now_by_type: Vec::new(),
         forecast: vec![IntervalStats { instances, arrivals: 0, preemptions: 0 }; horizon],
         instances_now: instances,
         current: None,

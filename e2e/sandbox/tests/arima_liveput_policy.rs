@@ -47,6 +47,7 @@ fn guest_matches_native(model: &str) {
     let mut max_fuel = 0;
     for k in 8..all.len() {
         let predict = PredictRequest {
+            history_by_type: Vec::new(),
             history: all[..=k].to_vec(),
             horizon: 11,
             interval_ms: 60_000,
@@ -60,6 +61,7 @@ fn guest_matches_native(model: &str) {
         let mut planned: Vec<IntervalStats> = vec![all[k]];
         planned.extend(forecast);
         let optimize = OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast: planned,
             instances_now: all[k].instances,
             current,

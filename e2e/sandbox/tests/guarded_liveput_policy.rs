@@ -41,6 +41,7 @@ fn run_guest_against_native(model: &str, all: &[IntervalStats], recovery: Recove
     for k in 0..all.len() {
         fleet_min = fleet_min.min(all[k].instances);
         let predict = PredictRequest {
+            history_by_type: Vec::new(),
             history: all[..=k].to_vec(),
             horizon: 7,
             interval_ms: 60_000,
@@ -53,6 +54,7 @@ fn run_guest_against_native(model: &str, all: &[IntervalStats], recovery: Recove
         let mut planned = vec![all[k]];
         planned.extend(forecast);
         let optimize = OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast: planned,
             instances_now: all[k].instances,
             current,

@@ -152,7 +152,7 @@ fn load_errors_name_the_file_and_the_reason() {
     // An empty component exports nothing the host can call.
     let empty_component = b"\0asm\x0d\0\x01\0";
     let e = err(empty_component);
-    assert!(e.contains("exports neither parcae:policy/predictor@0.2.0"), "{e}");
+    assert!(e.contains("exports neither parcae:policy/predictor@0.3.0"), "{e}");
 }
 
 /// A component built against the previous contract (`parcae:policy@0.1.0`,
@@ -164,7 +164,7 @@ fn a_component_of_the_previous_contract_is_refused_by_name() {
     let path = parcae_e2e_sandbox::workspace_root().join("e2e/fixtures/wit-0.1.0/reactive.wasm");
     let e = runtime.load_file(&path).err().expect("a 0.1.0 component must not load").to_string();
     assert!(e.contains("targets parcae:policy@0.1.0"), "{e}");
-    assert!(e.contains("this host implements parcae:policy@0.2.0"), "{e}");
+    assert!(e.contains("this host implements parcae:policy@0.3.0"), "{e}");
     assert!(e.contains("rebuild it"), "{e}");
 }
 

@@ -62,6 +62,7 @@ fn run_guest_against_native(model: &str, all: &[IntervalStats], horizon: u32) ->
     for k in 0..all.len() {
         fleet_min = fleet_min.min(all[k].instances);
         let predict = PredictRequest {
+            history_by_type: Vec::new(),
             history: all[..=k].to_vec(),
             horizon: horizon - 1,
             interval_ms: 60_000,
@@ -75,6 +76,7 @@ fn run_guest_against_native(model: &str, all: &[IntervalStats], horizon: u32) ->
         let mut planned: Vec<IntervalStats> = vec![all[k]];
         planned.extend(forecast);
         let optimize = OptimizeRequest {
+            instances_now_by_type: Vec::new(),
             forecast: planned,
             instances_now: all[k].instances,
             current,
@@ -133,6 +135,7 @@ fn without_its_forecast_the_guest_hedges_with_the_prior() {
     let profile = profile("gpt-1.5b");
     let flat = IntervalStats { instances: 20, arrivals: 0, preemptions: 0 };
     let optimize = OptimizeRequest {
+        instances_now_by_type: Vec::new(),
         forecast: vec![flat; 8],
         instances_now: 20,
         current: None,

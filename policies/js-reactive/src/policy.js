@@ -1,6 +1,6 @@
 // Reactive throughput-optimal policy for Parcae, written in JavaScript.
 //
-// Implements world `full-policy` of `parcae:policy@0.2.0` (wit/policy.wit) and is
+// Implements world `full-policy` of `parcae:policy@0.3.0` (wit/policy.wit) and is
 // compiled to a WebAssembly component with componentize-js (see build.sh). It is
 // the JavaScript twin of the Rust baseline (crates/policy-core/src/reactive.rs:
 // `Persistence` + `ThroughputOptimal`) and answers the same requests with
@@ -21,7 +21,7 @@
 // `f64` are numbers; an `option<T>` is `undefined` or the value; a
 // `result<T, string>` is returned as `T`, and a thrown string becomes `err`.
 
-import { log } from 'parcae:policy/log@0.2.0';
+import { log } from 'parcae:policy/log@0.3.0';
 
 const view = new DataView(new ArrayBuffer(8));
 
@@ -83,7 +83,7 @@ function describe(error) {
   return error instanceof Error ? `${error.name}: ${error.message}` : String(error);
 }
 
-// Export `parcae:policy/predictor@0.2.0`.
+// Export `parcae:policy/predictor@0.3.0`.
 export const predictor = {
   predict(request) {
     try {
@@ -94,7 +94,7 @@ export const predictor = {
   },
 };
 
-// Export `parcae:policy/optimizer@0.2.0`.
+// Export `parcae:policy/optimizer@0.3.0`.
 export const optimizer = {
   optimize(request) {
     let plan;

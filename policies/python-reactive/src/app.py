@@ -1,6 +1,6 @@
 """Reactive throughput-optimal policy for Parcae, written in Python.
 
-Implements world `full-policy` of `parcae:policy@0.2.0` (wit/policy.wit) and is
+Implements world `full-policy` of `parcae:policy@0.3.0` (wit/policy.wit) and is
 compiled to a WebAssembly component with componentize-py (see build.sh). It is the
 Python twin of the Rust baseline in policies/core/src/reactive.rs and must answer
 the same requests with bit-identical plans:
@@ -92,7 +92,7 @@ def describe(plan: Plan, request: OptimizeRequest) -> str:
 
 
 class Predictor(exports.Predictor):
-    """Export `parcae:policy/predictor@0.2.0`: returns the forecast or raises `Err(str)`."""
+    """Export `parcae:policy/predictor@0.3.0`: returns the forecast or raises `Err(str)`."""
 
     def predict(self, request: PredictRequest) -> List[IntervalStats]:
         try:
@@ -102,7 +102,7 @@ class Predictor(exports.Predictor):
 
 
 class Optimizer(exports.Optimizer):
-    """Export `parcae:policy/optimizer@0.2.0`: returns the plan or raises `Err(str)`."""
+    """Export `parcae:policy/optimizer@0.3.0`: returns the plan or raises `Err(str)`."""
 
     def optimize(self, request: OptimizeRequest) -> Plan:
         try:

@@ -15,7 +15,7 @@
 // and `f64` are numbers; an `option<T>` is `undefined` or the value; a
 // `result<T, string>` is returned as `T`, and a thrown string becomes `err`.
 
-import { log } from 'parcae:policy/log@0.2.0';
+import { log } from 'parcae:policy/log@0.3.0';
 
 // Instances a layout occupies (D x P).
 function size(entry) {

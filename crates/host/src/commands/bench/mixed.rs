@@ -21,7 +21,7 @@ use parcae_traces::IntervalSeries;
 
 use super::score::{Baseline, BenchSettings, PolicyEntry, Row, TraceBench};
 use crate::commands::provision::LoadedOffer;
-use crate::control::{ControlSettings, replay_profiles};
+use crate::control::{ControlSettings, FleetTypes, replay_profiles};
 use crate::embedded::{P3_DEFAULT_MODEL, P3_PROFILE};
 use crate::record::{PolicyHealth, RowKind};
 
@@ -234,6 +234,8 @@ pub fn bench_mixed(
 
     let fleet_max = intervals.iter().map(|s| s.instances).max().unwrap_or(0);
     let replay_settings = ControlSettings { interval_ms, horizon: settings.horizon, fleet_max, recovery };
+    let names: Vec<String> = types.iter().map(|t| t.offer.name.clone()).collect();
+    let fleet_types = FleetTypes { names: &names, counts: &fleet.counts };
     for policy in policies {
         let policy_name = policy.name();
         let mut guarded = policy.guarded();
@@ -243,6 +245,7 @@ pub fn bench_mixed(
             |k| planning[k],
             &mut guarded,
             &replay_settings,
+            Some(fleet_types),
             |d| {
                 if d.interval % 16 == 0 || d.interval + 1 == total {
                     progress.set_message(format!("{name}: {policy_name} {}/{total}", d.interval + 1));

@@ -43,7 +43,7 @@ use parcae_sim::{MigrationMode, Prices};
 use serde::Serialize;
 
 use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
-use crate::control::{ControlSettings, replay, replay_profiles};
+use crate::control::{ControlSettings, FleetTypes, replay, replay_profiles};
 
 pub mod mix;
 
@@ -573,7 +573,10 @@ fn simulate_mix(
     let planning: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.planning(c)).collect();
     let fleet_max = fleet.series.iter().map(|s| s.instances).max().unwrap_or(0);
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
-    let decisions = replay_profiles(&fleet.series, |k| planning[k], policy, &settings, |_| progress.inc(1));
+    let names: Vec<String> = offers.iter().map(|o| o.offer.name.clone()).collect();
+    let types = FleetTypes { names: &names, counts: &fleet.counts };
+    let decisions =
+        replay_profiles(&fleet.series, |k| planning[k], policy, &settings, Some(types), |_| progress.inc(1));
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
     // Each type is priced on its own ([`mix::MixedFleet::usd_of_interval`]); the simulator's
     // one-price totals are not read.

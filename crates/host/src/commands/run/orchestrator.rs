@@ -538,7 +538,7 @@ fn decide(
     }
     let control = settings.control();
     let current = current.map(|l| ParallelConfig::new(l.data_parallel as u32, l.pipeline_stages as u32));
-    let step = control::decide(policy, &control, &settings.profile, past, *now, current);
+    let step = control::decide(policy, &control, &settings.profile, past, *now, current, None);
     Decision { config: step.config, source: step.optimizer }
 }
 
