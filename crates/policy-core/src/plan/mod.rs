@@ -350,26 +350,7 @@ pub fn best_plan_hedged(
     options: PlanOptions,
     cache: &mut TransitionCache,
 ) -> Result<Vec<PlannedStep>, LiveputError> {
-    if !(carried_ms.is_finite() && carried_ms >= 0.0) {
-        return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
-    }
-    let afters = instances_after_each(steps)?;
-    if steps.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mixtures = scenarios::mixtures(steps, churn)?;
-    let ctx = PlanContext { profile, recovery: options.recovery, layouts: candidates(profile)? };
-    let (store, work) = cache.begin(profile, &options.recovery);
-    let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
-    let horizon = Horizon {
-        mixtures: &mixtures,
-        afters: &afters,
-        interval_ms: interval_ms as f64,
-        current,
-        carried_ms,
-        speeds: None,
-    };
-    program::run(&ctx, &horizon, options, store, work)
+    plan(profile, None, current, carried_ms, steps, churn, interval_ms, options, cache)
 }
 
 /// [`best_plan_with`] when what each layout trains changes from interval to interval: a
@@ -393,6 +374,23 @@ pub fn best_plan_varying(
     if speeds.len() != steps.len() + 1 {
         return Err(LiveputError::SpeedsLength { steps: steps.len(), speeds: speeds.len() });
     }
+    plan(profile, Some(speeds), current, carried_ms, steps, &[], interval_ms, options, cache)
+}
+
+/// The program over `steps`, hedged by `churn`, each interval at the throughputs of
+/// `speeds` when given (see [`best_plan_varying`]).
+#[allow(clippy::too_many_arguments, reason = "the public entry points' inputs together")]
+fn plan(
+    profile: &ModelProfile,
+    speeds: Option<&[&ModelProfile]>,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    churn: &[Vec<Churn>],
+    interval_ms: u64,
+    options: PlanOptions,
+    cache: &mut TransitionCache,
+) -> Result<Vec<PlannedStep>, LiveputError> {
     if !(carried_ms.is_finite() && carried_ms >= 0.0) {
         return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
     }
@@ -400,23 +398,9 @@ pub fn best_plan_varying(
     if steps.is_empty() {
         return Ok(Vec::new());
     }
-    let mixtures = scenarios::mixtures(steps, &[])?;
+    let mixtures = scenarios::mixtures(steps, churn)?;
     let ctx = PlanContext { profile, recovery: options.recovery, layouts: candidates(profile)? };
-    let mut rows = Vec::with_capacity(speeds.len());
-    for p in speeds {
-        let mut row = Vec::with_capacity(ctx.layouts.len());
-        for l in &ctx.layouts {
-            let thr = p.config(l.config).map_or(0.0, |c| c.samples_per_second);
-            if !(thr.is_finite() && thr >= 0.0) {
-                return Err(LiveputError::BadProfileValue {
-                    field: format!("configs[{}].samples_per_second", l.config),
-                    value: thr,
-                });
-            }
-            row.push(thr);
-        }
-        rows.push(row);
-    }
+    let rows = speeds.map(|speeds| throughput_rows(&ctx, speeds)).transpose()?;
     let (store, work) = cache.begin(profile, &options.recovery);
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
     let horizon = Horizon {
@@ -425,9 +409,33 @@ pub fn best_plan_varying(
         interval_ms: interval_ms as f64,
         current,
         carried_ms,
-        speeds: Some(&rows),
+        speeds: rows.as_deref(),
     };
     program::run(&ctx, &horizon, options, store, work)
+}
+
+/// Per profile of `speeds`, the throughput of each of the program's layouts (0 where it
+/// is not listed).
+fn throughput_rows(ctx: &PlanContext<'_>, speeds: &[&ModelProfile]) -> Result<Vec<Vec<f64>>, LiveputError> {
+    speeds
+        .iter()
+        .map(|p| {
+            ctx.layouts
+                .iter()
+                .map(|l| {
+                    let thr = p.config(l.config).map_or(0.0, |c| c.samples_per_second);
+                    if thr.is_finite() && thr >= 0.0 {
+                        Ok(thr)
+                    } else {
+                        Err(LiveputError::BadProfileValue {
+                            field: format!("configs[{}].samples_per_second", l.config),
+                            value: thr,
+                        })
+                    }
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// The instances after each step's change; an error for a step that preempts
