@@ -376,9 +376,9 @@ impl<'a> Simulator<'a> {
     }
 
     /// Scores the next intervals with `profile`: a mixed fleet whose composition changed
-    /// trains each layout at another speed ([`parcae_policy_core::mixed::composition_profile`]).
-    /// Work a restart rolls back is valued at the speed the old layout had when it trained
-    /// it (the profile of the interval before); `profile` must list that layout too.
+    /// trains each layout at another speed ([`mixed`]'s scoring views). Work a restart
+    /// rolls back is valued at the speed the old layout had when it trained it (the
+    /// profile of the interval before); `profile` must list that layout too.
     pub fn set_profile(&mut self, profile: &'a ModelProfile) {
         self.profile = profile;
     }
