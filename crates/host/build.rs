@@ -16,12 +16,14 @@ fn main() {
     let root = Path::new(&manifest).ancestors().nth(2).expect("crates/host/ is inside the workspace");
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let out = out_dir.join("policies");
-    rerun_if_changed(root, &["policies", "crates/policy-core", "templates"]);
+    rerun_if_changed(root, &["policies", "crates/policy-core", "crates/serving-core", "templates", "wit"]);
     let guests = [
         Guest { package: "reactive-policy", output: "reactive.wasm" },
         Guest { package: "arima-liveput-policy", output: "arima_liveput.wasm" },
         Guest { package: "robust-liveput-policy", output: "robust_liveput.wasm" },
         Guest { package: "guarded-liveput-policy", output: "guarded_liveput.wasm" },
+        Guest { package: "spotserve-serving-policy", output: "spotserve.wasm" },
+        Guest { package: "cost-aware-serving-policy", output: "cost_aware_serving.wasm" },
     ];
     if let Err(message) = build(root, &out, &guests) {
         eprintln!("{message}");

@@ -9,8 +9,8 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::{
-    bench, bench_fidelity, bench_migration, bench_mixed, policy, profile, provision, replay, run as train,
-    trace,
+    bench, bench_fidelity, bench_migration, bench_mixed, bench_serve, policy, profile, provision, replay,
+    run as train, trace,
 };
 
 /// Parcae: train on spot instances, reconfiguring before preemptions hit.
@@ -63,6 +63,10 @@ pub enum Command {
     /// Does the mixed-fleet model predict a run whose workers have two speeds? Profile each
     /// type alone (one emulating a slower type), run one of each, compare.
     BenchMixed(bench_mixed::MixedBenchArgs),
+    /// Score serving policies (SpotServe's optimizer and others, as Wasm components) on spot
+    /// traces with a queueing model: P50/P90/P99 latency, SLO attainment, cost, against
+    /// restart-style reparallelization, rerouting only and an on-demand fleet.
+    BenchServe(bench_serve::ServeBenchArgs),
     /// Train for real: start (or accept) workers, replay a trace's preemptions
     /// and allocations against them, and migrate live state as the policy plans.
     Run(Box<train::RunArgs>),
@@ -123,6 +127,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Profile(args) => profile::run(&args),
         Command::BenchFidelity(args) => bench_fidelity::run(&args),
         Command::BenchMixed(args) => bench_mixed::run(&args),
+        Command::BenchServe(args) => bench_serve::run(&args),
         Command::Run(args) => train::run(&args),
     }
 }

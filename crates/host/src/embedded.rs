@@ -25,6 +25,15 @@ pub const ROBUST_LIVEPUT_POLICY: &[u8] =
 pub const GUARDED_LIVEPUT_POLICY: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/policies/guarded_liveput.wasm"));
 
+/// SpotServe's serving configuration optimizer (lowest latency that keeps up
+/// with the arrivals), compiled at build time: a `serving-policy` component.
+pub const SPOTSERVE_POLICY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/policies/spotserve.wasm"));
+
+/// The cost-aware serving optimizer (fewest instances that meet the latency
+/// objective), compiled at build time: a `serving-policy` component.
+pub const COST_AWARE_SERVING_POLICY: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/policies/cost_aware_serving.wasm"));
+
 /// The policy used when none is given.
 pub const DEFAULT_POLICY: &str = "builtin:guarded-liveput";
 
@@ -40,29 +49,47 @@ pub struct BuiltinPolicy {
     pub bytes: &'static [u8],
     /// What it does, in one line (`policy list`).
     pub description: &'static str,
+    /// A serving policy (world `serving-policy` of `parcae:serving`), not a training one.
+    pub serving: bool,
 }
 
-/// The embedded policies, the default first.
+/// The embedded policies, the default first, the training ones before the serving ones.
 pub const BUILTIN_POLICIES: &[BuiltinPolicy] = &[
     BuiltinPolicy {
         name: "guarded-liveput",
         bytes: GUARDED_LIVEPUT_POLICY,
         description: "robust liveput under a regret guard against the reactive baseline",
+        serving: false,
     },
     BuiltinPolicy {
         name: "arima-liveput",
         bytes: ARIMA_LIVEPUT_POLICY,
         description: "the Parcae paper's policy: ARIMA(1,1,0) forecast + liveput dynamic program",
+        serving: false,
     },
     BuiltinPolicy {
         name: "robust-liveput",
         bytes: ROBUST_LIVEPUT_POLICY,
         description: "the paper's policy hedged against the preemptions a flat forecast hides",
+        serving: false,
     },
     BuiltinPolicy {
         name: "reactive",
         bytes: REACTIVE_POLICY,
         description: "throughput-optimal baseline: persistence forecast, fastest layout that fits now",
+        serving: false,
+    },
+    BuiltinPolicy {
+        name: "spotserve",
+        bytes: SPOTSERVE_POLICY,
+        description: "serving: SpotServe's optimizer, the lowest latency that keeps up with the arrivals",
+        serving: true,
+    },
+    BuiltinPolicy {
+        name: "cost-aware-serving",
+        bytes: COST_AWARE_SERVING_POLICY,
+        description: "serving: the fewest instances that meet the latency objective",
+        serving: true,
     },
 ];
 
@@ -89,6 +116,14 @@ pub const P3_TRACE: (&str, &str) =
 /// (`data/profiles/PROVENANCE.md`): `bench`'s default profile.
 pub const P3_PROFILE: (&str, &str) =
     ("data/profiles/p3-v100-parcae.json", include_str!("../../../data/profiles/p3-v100-parcae.json"));
+
+/// GPT-20B on g4dn.12xlarge (4 x T4) from the SpotServe artifact's published
+/// per-layer times (`data/profiles/PROVENANCE.md`): `bench-serve`'s default
+/// serving profile.
+pub const SERVING_PROFILE: (&str, &str) = (
+    "data/profiles/serving-gpt-20b-g4dn12xl-spotserve.json",
+    include_str!("../../../data/profiles/serving-gpt-20b-g4dn12xl-spotserve.json"),
+);
 
 /// The model `bench` plans for by default on [`P3_PROFILE`].
 pub const P3_DEFAULT_MODEL: &str = "gpt-1.5b";

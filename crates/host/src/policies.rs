@@ -1,15 +1,67 @@
-//! Turning command-line policy arguments into components and [`GuardedPolicy`]s.
+//! Turning command-line policy arguments into components, [`GuardedPolicy`]s
+//! (training) and [`GuardedServingPolicy`]s (serving).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use parcae_runtime::{GuardedPolicy, PolicyComponent, PolicyRuntime};
+use parcae_runtime::{
+    GuardedPolicy, GuardedServingPolicy, PolicyComponent, PolicyRuntime, SERVING_WIT_PACKAGE, WIT_PACKAGE,
+};
 
 use crate::embedded::{BUILTIN_POLICIES, BUILTIN_PREFIX, builtin_policy};
 
-/// Load one policy argument: a path to a `.wasm` component or `builtin:NAME`.
+/// The worlds a training command accepts, for its errors.
+const TRAINING_WORLDS: &str = "full-policy, predictor-policy or optimizer-policy";
+/// The world a serving command accepts, for its errors.
+const SERVING_WORLD: &str = "serving-policy";
+
+/// Load one training policy argument (a path to a `.wasm` component or
+/// `builtin:NAME`); a serving component is refused, naming the worlds expected.
 pub fn load_policy(runtime: &PolicyRuntime, spec: &str) -> anyhow::Result<Arc<PolicyComponent>> {
+    load_expecting(runtime, spec, false)
+}
+
+/// Load one serving policy argument (a path to a `.wasm` component or
+/// `builtin:NAME`, e.g. `builtin:spotserve`); a training component is refused,
+/// naming the world expected. Loaded (compiled) once: make as many
+/// [`GuardedServingPolicy`]s of it as a command needs.
+pub fn load_serving_component(spec: &str, runtime: &PolicyRuntime) -> anyhow::Result<Arc<PolicyComponent>> {
+    load_expecting(runtime, spec, true)
+}
+
+/// [`load_component`], refusing a component of the other contract than `serving` says.
+fn load_expecting(
+    runtime: &PolicyRuntime,
+    spec: &str,
+    serving: bool,
+) -> anyhow::Result<Arc<PolicyComponent>> {
+    let component = load_component(runtime, spec)?;
+    let exports = component.exports();
+    let (fits, other, needed, worlds, package) = if serving {
+        (exports.is_serving(), "training", "serving", SERVING_WORLD, SERVING_WIT_PACKAGE)
+    } else {
+        (exports.is_training(), "serving", "training", TRAINING_WORLDS, WIT_PACKAGE)
+    };
+    if !fits {
+        bail!(
+            "{spec} implements world {} of {}: it is a {other} policy, and this command needs a \
+             {needed} policy (world {worlds} of {package})",
+            exports.world(),
+            exports.package()
+        );
+    }
+    Ok(component)
+}
+
+/// A serving policy argument, guarded: every answer validated, SpotServe's
+/// optimizer when the guest faults, quarantine after 3 faults in a row.
+pub fn load_serving(spec: &str, runtime: &PolicyRuntime) -> anyhow::Result<GuardedServingPolicy> {
+    Ok(GuardedServingPolicy::new(load_serving_component(spec, runtime)?))
+}
+
+/// Load one component of any world: a path to a `.wasm` component or `builtin:NAME`.
+pub fn load_component(runtime: &PolicyRuntime, spec: &str) -> anyhow::Result<Arc<PolicyComponent>> {
     if let Some(name) = spec.strip_prefix(BUILTIN_PREFIX) {
         let Some(builtin) = builtin_policy(name) else {
             let names: Vec<&str> = BUILTIN_POLICIES.iter().map(|p| p.name).collect();

@@ -6,6 +6,12 @@
 
 use std::fmt::Write;
 
+/// Distinct colours (Tableau 10) for the series of a figure, in order.
+pub const PALETTE: [&str; 10] = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+    "#bab0ac",
+];
+
 /// An SVG document being written.
 pub struct Svg {
     out: String,

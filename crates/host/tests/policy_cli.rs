@@ -44,14 +44,85 @@ fn host_in(dir: &Path, args: &[&str]) -> String {
 #[test]
 fn list_names_every_embedded_policy_with_its_world() {
     let stdout = host_in(&root(), &["policy", "list"]);
-    for name in ["guarded-liveput", "arima-liveput", "robust-liveput", "reactive"] {
+    let worlds = [
+        ("guarded-liveput", " full-policy "),
+        ("arima-liveput", " full-policy "),
+        ("robust-liveput", " full-policy "),
+        ("reactive", " full-policy "),
+        ("spotserve", " serving-policy "),
+        ("cost-aware-serving", " serving-policy "),
+    ];
+    for (name, world) in worlds {
         let line = stdout
             .lines()
             .find(|l| l.starts_with(&format!("builtin:{name} ")))
             .unwrap_or_else(|| panic!("no line for {name}:\n{stdout}"));
-        assert!(line.contains("full-policy"), "{line}");
+        assert!(line.contains(world), "{line}");
     }
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("builtin:")).count(), 6, "{stdout}");
     assert!(stdout.lines().next().unwrap().ends_with("(default)"), "the default comes first:\n{stdout}");
+}
+
+/// A serving policy exports, checks as world `serving-policy` of
+/// `parcae:serving`, and is refused by a training command naming the worlds
+/// that command takes; the library's serving loader refuses a training policy.
+#[test]
+fn serving_policies_export_check_and_are_kept_apart_from_training() {
+    let dir = scratch("serving");
+    let stdout = host_in(&dir, &["policy", "export", "spotserve", "-o", "x.wasm"]);
+    assert!(stdout.contains("wrote x.wasm"), "{stdout}");
+    assert!(stdout.contains("next: parcae-host policy check x.wasm (a serving policy"), "{stdout}");
+    let check = host_in(&dir, &["policy", "check", "x.wasm", "builtin:cost-aware-serving"]);
+    assert!(check.contains("x.wasm: ok, implements world serving-policy of parcae:serving@0.1.0"), "{check}");
+    assert!(
+        check.contains(
+            "builtin:cost-aware-serving: ok, implements world serving-policy of parcae:serving@0.1.0"
+        ),
+        "{check}"
+    );
+    assert!(check.contains("configurator: exported"), "{check}");
+    assert!(check.contains("imports parcae:serving/log@0.1.0"), "{check}");
+    assert!(!check.contains("predictor:"), "{check}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
+        .current_dir(&dir)
+        .args(["replay", "--policy", "x.wasm"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("x.wasm implements world serving-policy of parcae:serving@0.1.0"), "{stderr}");
+    assert!(
+        stderr.contains("needs a training policy (world full-policy, predictor-policy or optimizer-policy"),
+        "{stderr}"
+    );
+
+    let runtime = parcae_runtime::PolicyRuntime::new(parcae_runtime::SandboxLimits::default()).unwrap();
+    let error = parcae_host::policies::load_serving("builtin:reactive", &runtime).err().expect("refused");
+    let error = format!("{error:#}");
+    assert!(
+        error.contains("builtin:reactive implements world full-policy of parcae:policy@0.3.0"),
+        "{error}"
+    );
+    assert!(
+        error.contains("needs a serving policy (world serving-policy of parcae:serving@0.1.0)"),
+        "{error}"
+    );
+    let mut spotserve = parcae_host::policies::load_serving("builtin:spotserve", &runtime).unwrap();
+    assert_eq!(spotserve.name(), "builtin:spotserve");
+    let request = parcae_serving_core::ServeRequest {
+        instances: vec![2],
+        arrival_rates: vec![1.0],
+        latency_slo_ms: 60_000.0,
+        interval_ms: 60_000,
+        current: None,
+        workload: parcae_serving_core::Workload { input_tokens: 512, output_tokens: 64 },
+        profile: parcae_serving_core::toy_profile(),
+    };
+    let answer = spotserve.configure(&request);
+    assert_eq!((answer.source, answer.fault), (parcae_runtime::Source::Guest, None));
+    assert!(answer.value.configs[0].is_some());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

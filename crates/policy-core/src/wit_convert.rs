@@ -40,14 +40,19 @@ macro_rules! impl_wit_conversions {
         $crate::impl_wit_conversions!(@request wit::$name => $name { $($field),* });
     };
     (@request $($wit:ident)::+ => $name:ident { $($field:ident),* $(,)? }) => {
-        impl $crate::wit_convert::Convert<$($wit)::+> for $crate::$name {
-            fn convert(self) -> $($wit)::+ {
-                $($wit)::+ { $($field: $crate::wit_convert::Convert::convert(self.$field)),* }
+        $crate::impl_wit_conversions!(@record $($wit)::+, $crate::$name { $($field),* });
+    };
+    // Field by field, both ways, between any generated record and core type
+    // (also what `parcae-serving-core`'s macro of the same name expands to).
+    (@record $wit:path, $core:path { $($field:ident),* $(,)? }) => {
+        impl $crate::wit_convert::Convert<$wit> for $core {
+            fn convert(self) -> $wit {
+                $wit { $($field: $crate::wit_convert::Convert::convert(self.$field)),* }
             }
         }
-        impl $crate::wit_convert::Convert<$crate::$name> for $($wit)::+ {
-            fn convert(self) -> $crate::$name {
-                $crate::$name { $($field: $crate::wit_convert::Convert::convert(self.$field)),* }
+        impl $crate::wit_convert::Convert<$core> for $wit {
+            fn convert(self) -> $core {
+                $core { $($field: $crate::wit_convert::Convert::convert(self.$field)),* }
             }
         }
     };

@@ -319,8 +319,7 @@ impl CostConstants {
     /// Read and validate a constants file such as `profiles/cost-constants.json`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let file = path.as_ref();
-        let text = std::fs::read_to_string(file)
-            .map_err(|source| ProfileError::Io { file: file.to_path_buf(), source })?;
+        let text = ProfileError::read(file)?;
         Self::from_json(&text, file)
     }
 

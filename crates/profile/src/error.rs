@@ -67,6 +67,11 @@ impl ProfileError {
         }
     }
 
+    /// The text of `file`, or an [`ProfileError::Io`] naming it.
+    pub(crate) fn read(file: &Path) -> Result<String, Self> {
+        std::fs::read_to_string(file).map_err(|source| ProfileError::Io { file: file.to_path_buf(), source })
+    }
+
     /// The field path this error points at, if any (empty for the whole document).
     pub fn path(&self) -> Option<&str> {
         match self {

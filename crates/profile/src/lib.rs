@@ -23,6 +23,7 @@ mod error;
 mod jsonloc;
 mod partition;
 mod profile;
+mod serving;
 mod transfer;
 
 pub use constants::{
@@ -31,4 +32,8 @@ pub use constants::{
 pub use error::{Position, ProfileError};
 pub use partition::{PartitionError, max_stages, partition, stage_layer_counts, stage_partition};
 pub use profile::{Arch, Instance, LayerParams, ModelEntry, Profile, ProfileFile, ThroughputEntry};
+pub use serving::{
+    PipelineHop, Reconfiguration, ServingInstance, ServingProfileData, ServingProfileFile, TimingEntry,
+    WorkloadEntry,
+};
 pub use transfer::{CurveError, TransferCurve, transfer_ms, transfer_us};

@@ -175,8 +175,7 @@ impl Profile {
     /// Read and validate a profile file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let file = path.as_ref();
-        let text = std::fs::read_to_string(file)
-            .map_err(|source| ProfileError::Io { file: file.to_path_buf(), source })?;
+        let text = ProfileError::read(file)?;
         Self::from_json(&text, file)
     }
 

@@ -1,4 +1,6 @@
-//! Loading components and checking them against the policy world.
+//! Loading components and checking them against the policy worlds: the
+//! training worlds of `wit/policy.wit` and the serving world of
+//! `wit/serving/serving.wit`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,12 +14,24 @@ use crate::bindings::{OptimizerIndices, PredictorIndices};
 use crate::cache::CompileCache;
 use crate::instance::PolicyInstance;
 use crate::sandbox::{EPOCH_TICK, GuestState, SandboxLimits};
+use crate::serving::ConfiguratorIndices;
 
 /// Export names of the two policy interfaces.
 const PREDICTOR_EXPORT: &str = "parcae:policy/predictor@0.3.0";
 const OPTIMIZER_EXPORT: &str = "parcae:policy/optimizer@0.3.0";
 const LOG_IMPORT: &str = "parcae:policy/log@0.3.0";
 const TYPES_IMPORT: &str = "parcae:policy/types@0.3.0";
+/// Export name of the serving interface and the serving contract's imports.
+const CONFIGURATOR_EXPORT: &str = "parcae:serving/configurator@0.1.0";
+const SERVING_LOG_IMPORT: &str = "parcae:serving/log@0.1.0";
+const SERVING_TYPES_IMPORT: &str = "parcae:serving/serving-types@0.1.0";
+
+/// The contracts a component may implement: the prefix of their interface
+/// names, the package this runtime implements, and its WIT file in this repository.
+const CONTRACTS: [(&str, &str, &str); 2] = [
+    ("parcae:policy/", crate::WIT_PACKAGE, "wit/policy.wit"),
+    ("parcae:serving/", crate::SERVING_WIT_PACKAGE, "wit/serving/serving.wit"),
+];
 
 /// The WASI packages the sandbox links (wasmtime-wasi's p2 set), granting no
 /// capability through them. A component importing another WASI package
@@ -60,10 +74,10 @@ pub enum LoadError {
         /// Wasmtime's message.
         reason: String,
     },
-    /// The component implements neither policy interface (or an old version of one).
+    /// The component implements no policy interface (or another version of one).
     #[error(
-        "{name}: exports neither {PREDICTOR_EXPORT} nor {OPTIMIZER_EXPORT}{hint}; \
-         it exports: [{exports}]"
+        "{name}: exports neither {PREDICTOR_EXPORT} nor {OPTIMIZER_EXPORT} (a training policy) \
+         nor {CONFIGURATOR_EXPORT} (a serving policy){hint}; it exports: [{exports}]"
     )]
     NoPolicyExport {
         /// The policy's name.
@@ -109,21 +123,43 @@ pub enum LoadError {
 /// Which interfaces a component exports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exports {
-    /// It forecasts availability (`predictor` interface).
+    /// It forecasts availability (training `predictor` interface).
     pub predictor: bool,
-    /// It chooses configurations (`optimizer` interface).
+    /// It chooses training configurations (training `optimizer` interface).
     pub optimizer: bool,
+    /// It chooses serving configurations (serving `configurator` interface).
+    pub configurator: bool,
 }
 
 impl Exports {
     /// Name of the WIT world these exports implement.
     pub fn world(self) -> &'static str {
-        match (self.predictor, self.optimizer) {
-            (true, true) => "full-policy",
-            (true, false) => "predictor-policy",
-            (false, true) => "optimizer-policy",
-            (false, false) => "none",
+        match (self.predictor, self.optimizer, self.configurator) {
+            (true, true, false) => "full-policy",
+            (true, false, false) => "predictor-policy",
+            (false, true, false) => "optimizer-policy",
+            (false, false, true) => "serving-policy",
+            (false, false, false) => "none",
+            // No world of either contract exports both; name what it does.
+            (true, true, true) => "full-policy+serving-policy",
+            (true, false, true) => "predictor-policy+serving-policy",
+            (false, true, true) => "optimizer-policy+serving-policy",
         }
+    }
+
+    /// Whether it implements the training contract (a predictor or an optimizer).
+    pub fn is_training(self) -> bool {
+        self.predictor || self.optimizer
+    }
+
+    /// Whether it implements the serving contract (a configurator).
+    pub fn is_serving(self) -> bool {
+        self.configurator
+    }
+
+    /// The WIT package of the world it implements (the training one first).
+    pub fn package(self) -> &'static str {
+        if self.is_serving() && !self.is_training() { crate::SERVING_WIT_PACKAGE } else { crate::WIT_PACKAGE }
     }
 }
 
@@ -139,7 +175,7 @@ pub struct PolicyRuntime {
 
 impl PolicyRuntime {
     /// An engine with fuel and epoch interruption, and a linker that offers the
-    /// guest only `parcae:policy/log` and a capability-less WASI.
+    /// guest only `parcae:policy/log`, `parcae:serving/log` and a capability-less WASI.
     pub fn new(limits: SandboxLimits) -> Result<Self, LoadError> {
         let engine_err = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
         let mut config = Config::new();
@@ -155,6 +191,7 @@ impl PolicyRuntime {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(engine_err)?;
         forbid_blocking(&mut linker).map_err(engine_err)?;
         crate::instance::add_log_to_linker(&mut linker, LOG_IMPORT).map_err(engine_err)?;
+        crate::instance::add_log_to_linker(&mut linker, SERVING_LOG_IMPORT).map_err(engine_err)?;
 
         let ticker = EpochTicker::start(engine.clone())
             .map_err(|e| LoadError::Engine(format!("cannot start the epoch thread: {e}")))?;
@@ -223,23 +260,13 @@ impl PolicyRuntime {
         let exports = Exports {
             predictor: export_names.iter().any(|n| n == PREDICTOR_EXPORT),
             optimizer: export_names.iter().any(|n| n == OPTIMIZER_EXPORT),
+            configurator: export_names.iter().any(|n| n == CONFIGURATOR_EXPORT),
         };
-        if !exports.predictor && !exports.optimizer {
-            let other_version = export_names.iter().find(|n| n.starts_with("parcae:policy/"));
-            let hint = other_version
-                .map(|n| {
-                    let version = n.rsplit_once('@').map_or("an unknown version", |(_, v)| v);
-                    format!(
-                        " (it exports {n}: it targets parcae:policy@{version}, and this host implements {}; \
-                         rebuild it against this repository's wit/policy.wit)",
-                        crate::WIT_PACKAGE
-                    )
-                })
-                .unwrap_or_default();
+        if !exports.is_training() && !exports.is_serving() {
             return Err(LoadError::NoPolicyExport {
                 name: name.to_string(),
                 exports: export_names.join(", "),
-                hint,
+                hint: version_hint(&export_names),
             });
         }
         let imports: Vec<String> = ty.imports(&self.engine).map(|(n, _)| n.to_string()).collect();
@@ -247,8 +274,10 @@ impl PolicyRuntime {
         // when everything else the component imports is WASI or the policy
         // contract: a foreign import stays a load error naming it.
         let stubbed: Vec<String> = imports.iter().filter(|i| is_unlinked_wasi(i)).cloned().collect();
-        let only_wasi_and_contract =
-            imports.iter().all(|i| i.starts_with("wasi:") || i == LOG_IMPORT || i == TYPES_IMPORT);
+        let only_wasi_and_contract = imports.iter().all(|i| {
+            i.starts_with("wasi:")
+                || [LOG_IMPORT, TYPES_IMPORT, SERVING_LOG_IMPORT, SERVING_TYPES_IMPORT].contains(&i.as_str())
+        });
         let stubbing_linker;
         let (linker, stubbed) = if !stubbed.is_empty() && only_wasi_and_contract {
             let mut linker = self.linker.clone();
@@ -288,11 +317,16 @@ impl PolicyRuntime {
             .optimizer
             .then(|| OptimizerIndices::new(&pre).map_err(mismatch(OPTIMIZER_EXPORT)))
             .transpose()?;
+        let configurator = exports
+            .configurator
+            .then(|| ConfiguratorIndices::new(&pre).map_err(mismatch(CONFIGURATOR_EXPORT)))
+            .transpose()?;
         let policy = Arc::new(PolicyComponent {
             name: Arc::from(name),
             pre,
             predictor,
             optimizer,
+            configurator,
             exports,
             imports,
             stubbed,
@@ -304,7 +338,11 @@ impl PolicyRuntime {
         PolicyInstance::new(policy.clone()).warm_up().map_err(|fault| match fault.kind {
             crate::FaultKind::Unsupported => LoadError::SignatureMismatch {
                 name: name.to_string(),
-                export: if fault.call == "predict" { PREDICTOR_EXPORT } else { OPTIMIZER_EXPORT },
+                export: match fault.call {
+                    "predict" => PREDICTOR_EXPORT,
+                    "configure" => CONFIGURATOR_EXPORT,
+                    _ => OPTIMIZER_EXPORT,
+                },
                 reason: fault.detail,
             },
             _ => LoadError::Instantiate { name: name.to_string(), fault },
@@ -325,6 +363,7 @@ pub struct PolicyComponent {
     pub(crate) pre: InstancePre<GuestState>,
     pub(crate) predictor: Option<PredictorIndices>,
     pub(crate) optimizer: Option<OptimizerIndices>,
+    pub(crate) configurator: Option<ConfiguratorIndices>,
     exports: Exports,
     imports: Vec<String>,
     stubbed: Vec<String>,
@@ -361,10 +400,28 @@ impl PolicyComponent {
         self.from_cache
     }
 
-    /// Whether it imports the host's log interface.
+    /// Whether it imports the host's log interface (of its contract).
     pub fn uses_log(&self) -> bool {
-        self.imports.iter().any(|i| i == LOG_IMPORT)
+        self.imports.iter().any(|i| i == LOG_IMPORT || i == SERVING_LOG_IMPORT)
     }
+}
+
+/// When a component exports an interface of one of the contracts, but of
+/// another version than this runtime implements: a note naming both versions
+/// and the WIT file to rebuild against (else empty).
+fn version_hint(export_names: &[String]) -> String {
+    CONTRACTS
+        .iter()
+        .find_map(|&(prefix, implemented, wit)| {
+            let export = export_names.iter().find(|n| n.starts_with(prefix))?;
+            let version = export.rsplit_once('@').map_or("an unknown version", |(_, v)| v);
+            let package = prefix.trim_end_matches('/');
+            Some(format!(
+                " (it exports {export}: it targets {package}@{version}, and this host implements \
+                 {implemented}; rebuild it against this repository's {wit})"
+            ))
+        })
+        .unwrap_or_default()
 }
 
 /// Whether `bytes` is a core module (layer 0) rather than a component (layer 1).
@@ -464,5 +521,47 @@ impl Drop for EpochTicker {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The export names this file matches on belong to the packages the crate exports.
+    #[test]
+    fn export_names_carry_the_implemented_versions() {
+        for name in [PREDICTOR_EXPORT, OPTIMIZER_EXPORT, LOG_IMPORT, TYPES_IMPORT] {
+            assert!(name.ends_with(crate::WIT_PACKAGE.rsplit_once('@').unwrap().1), "{name}");
+            assert!(name.starts_with("parcae:policy/"), "{name}");
+        }
+        for name in [CONFIGURATOR_EXPORT, SERVING_LOG_IMPORT, SERVING_TYPES_IMPORT] {
+            assert!(name.ends_with(crate::SERVING_WIT_PACKAGE.rsplit_once('@').unwrap().1), "{name}");
+            assert!(name.starts_with("parcae:serving/"), "{name}");
+        }
+    }
+
+    #[test]
+    fn another_version_of_either_contract_is_named_with_both_versions() {
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let serving = version_hint(&names(&["wasi:cli/run@0.2.0", "parcae:serving/configurator@0.2.0"]));
+        assert!(serving.contains("it targets parcae:serving@0.2.0"), "{serving}");
+        assert!(serving.contains("this host implements parcae:serving@0.1.0"), "{serving}");
+        assert!(serving.contains("wit/serving/serving.wit"), "{serving}");
+        let training = version_hint(&names(&["parcae:policy/optimizer@0.1.0"]));
+        assert!(
+            training.contains("targets parcae:policy@0.1.0, and this host implements parcae:policy@0.3.0")
+        );
+        assert_eq!(version_hint(&names(&["wasi:cli/run@0.2.0"])), "");
+    }
+
+    #[test]
+    fn worlds_and_packages() {
+        let exports = |predictor, optimizer, configurator| Exports { predictor, optimizer, configurator };
+        assert_eq!(exports(true, true, false).world(), "full-policy");
+        assert_eq!(exports(false, false, true).world(), "serving-policy");
+        assert_eq!(exports(false, false, true).package(), crate::SERVING_WIT_PACKAGE);
+        assert_eq!(exports(false, true, false).package(), crate::WIT_PACKAGE);
+        assert!(!exports(false, false, true).is_training());
     }
 }

@@ -68,7 +68,7 @@ impl fmt::Display for FaultKind {
 pub struct PolicyFault {
     /// The policy's name, so logs say which guest misbehaved.
     pub policy: String,
-    /// `instantiate`, `predict` or `optimize`.
+    /// `instantiate`, `predict`, `optimize` or `configure`.
     pub call: &'static str,
     /// The class of fault, which the counters and the fallback decision use.
     pub kind: FaultKind,

@@ -15,7 +15,8 @@ use crate::instance::PolicyInstance;
 pub enum Source {
     /// The loaded guest policy.
     Guest,
-    /// The built-in safe policy (persistence forecast, reactive throughput-optimal plan).
+    /// The built-in safe policy (training: persistence forecast, reactive
+    /// throughput-optimal plan; serving: SpotServe's optimizer).
     Fallback,
 }
 
@@ -34,10 +35,10 @@ pub struct Answer<T> {
 pub const DEFAULT_QUARANTINE_AFTER: u32 = 3;
 
 /// A guest slot: the instance, its counters and its fault streak.
-struct Slot {
-    instance: usize,
-    counts: FaultCounts,
-    streak: u32,
+pub(crate) struct Slot {
+    pub(crate) instance: usize,
+    pub(crate) counts: FaultCounts,
+    pub(crate) streak: u32,
 }
 
 /// Predictor and optimizer, each either a guest or the fallback. A guest that
@@ -100,34 +101,31 @@ impl GuardedPolicy {
     /// A valid forecast for `request`, always.
     pub fn predict(&mut self, request: &core::PredictRequest) -> Answer<Vec<core::IntervalStats>> {
         let quarantine_after = self.quarantine_after;
-        let outcome = self
-            .predictor
-            .as_mut()
-            .map(|slot| guarded_call(slot, quarantine_after, &mut self.instances, |i| i.predict(request)));
+        let outcome = self.predictor.as_mut().map(|slot| {
+            guarded_call(slot, quarantine_after, &mut self.instances[slot.instance], |i| i.predict(request))
+        });
         finish(outcome, || Persistence.predict(request).expect("the persistence predictor cannot fail"))
     }
 
     /// A valid plan for `request`, always.
     pub fn optimize(&mut self, request: &core::OptimizeRequest) -> Answer<core::Plan> {
         let quarantine_after = self.quarantine_after;
-        let outcome = self
-            .optimizer
-            .as_mut()
-            .map(|slot| guarded_call(slot, quarantine_after, &mut self.instances, |i| i.optimize(request)));
+        let outcome = self.optimizer.as_mut().map(|slot| {
+            guarded_call(slot, quarantine_after, &mut self.instances[slot.instance], |i| i.optimize(request))
+        });
         finish(outcome, || {
             ThroughputOptimal.optimize(request).expect("the throughput-optimal optimizer cannot fail")
         })
     }
 }
 
-/// Call the guest unless quarantined; count and log what happened.
-fn guarded_call<T>(
+/// Call the guest `instance` (the slot's) unless quarantined; count and log what happened.
+pub(crate) fn guarded_call<T>(
     slot: &mut Slot,
     quarantine_after: u32,
-    instances: &mut [PolicyInstance],
+    instance: &mut PolicyInstance,
     call: impl FnOnce(&mut PolicyInstance) -> Result<T, PolicyFault>,
 ) -> Result<T, PolicyFault> {
-    let instance = &mut instances[slot.instance];
     if quarantine_after > 0 && slot.streak >= quarantine_after {
         slot.counts.record(FaultKind::Quarantined);
         return Err(PolicyFault {
@@ -166,7 +164,8 @@ fn guarded_call<T>(
     }
 }
 
-fn finish<T>(outcome: Option<Result<T, PolicyFault>>, fallback: impl FnOnce() -> T) -> Answer<T> {
+/// The guest's answer, or the fallback's with the fault that made it needed.
+pub(crate) fn finish<T>(outcome: Option<Result<T, PolicyFault>>, fallback: impl FnOnce() -> T) -> Answer<T> {
     match outcome {
         Some(Ok(value)) => Answer { value, source: Source::Guest, fault: None },
         Some(Err(fault)) => Answer { value: fallback(), source: Source::Fallback, fault: Some(fault) },

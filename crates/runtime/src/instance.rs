@@ -11,6 +11,7 @@ use crate::bindings::{OptimizerExport, PredictorExport, log};
 use crate::component::PolicyComponent;
 use crate::fault::{FaultKind, PolicyFault};
 use crate::sandbox::GuestState;
+use crate::serving::ConfiguratorExport;
 
 /// Error text of the trapping replacements of WASI's blocking calls.
 pub(crate) const BLOCKING_FORBIDDEN: &str =
@@ -21,17 +22,20 @@ const DETAIL_BYTES: usize = 600;
 
 /// A policy's running instance. Calls run under fresh budgets; after a fault the
 /// instance is discarded (a trapped instance cannot be entered again) and the
-/// next call re-instantiates from the pre-linked component.
+/// next call re-instantiates from the pre-linked component. A serving
+/// component's calls go through [`ServingInstance`](crate::ServingInstance),
+/// which runs them here.
 pub struct PolicyInstance {
     component: Arc<PolicyComponent>,
     live: Option<Live>,
     last_fuel_used: u64,
 }
 
-struct Live {
-    store: Store<GuestState>,
+pub(crate) struct Live {
+    pub(crate) store: Store<GuestState>,
     predictor: Option<PredictorExport>,
     optimizer: Option<OptimizerExport>,
+    pub(crate) configurator: Option<ConfiguratorExport>,
 }
 
 impl PolicyInstance {
@@ -89,7 +93,7 @@ impl PolicyInstance {
 
     /// Run one export call under fresh budgets and turn every way it can fail
     /// into a [`PolicyFault`].
-    fn call<R>(
+    pub(crate) fn call<R>(
         &mut self,
         call: &'static str,
         invoke: impl FnOnce(&mut Live) -> Result<wasmtime::Result<Result<R, String>>, FaultKind>,
@@ -147,26 +151,22 @@ impl PolicyInstance {
                 return Err(self.fault(CALL, kind, detail));
             }
         };
-        let predictor = match &component.predictor {
-            Some(indices) => Some(
-                indices
-                    .load(&mut store, &instance)
-                    .map_err(|e| self.fault("predict", FaultKind::Unsupported, format!("{e:#}")))?,
-            ),
-            None => None,
-        };
-        let optimizer = match &component.optimizer {
-            Some(indices) => Some(
-                indices
-                    .load(&mut store, &instance)
-                    .map_err(|e| self.fault("optimize", FaultKind::Unsupported, format!("{e:#}")))?,
-            ),
-            None => None,
-        };
-        Ok(Live { store, predictor, optimizer })
+        // Each export the component was checked to have, looked up in this instance.
+        let this: &Self = self;
+        let unsupported =
+            |call| move |e: wasmtime::Error| this.fault(call, FaultKind::Unsupported, format!("{e:#}"));
+        let predictor = component.predictor.as_ref().map(|i| i.load(&mut store, &instance));
+        let optimizer = component.optimizer.as_ref().map(|i| i.load(&mut store, &instance));
+        let configurator = component.configurator.as_ref().map(|i| i.load(&mut store, &instance));
+        Ok(Live {
+            predictor: predictor.transpose().map_err(unsupported("predict"))?,
+            optimizer: optimizer.transpose().map_err(unsupported("optimize"))?,
+            configurator: configurator.transpose().map_err(unsupported("configure"))?,
+            store,
+        })
     }
 
-    fn fault(&self, call: &'static str, kind: FaultKind, detail: String) -> PolicyFault {
+    pub(crate) fn fault(&self, call: &'static str, kind: FaultKind, detail: String) -> PolicyFault {
         PolicyFault { policy: self.component.name.to_string(), call, kind, detail }
     }
 }

@@ -3,6 +3,8 @@
 //! so the host can migrate it between workers.
 //!
 //! - [`model`]: the decoder as plain functions of explicit tensors, deterministic init.
+//! - [`infer`]: generation with a KV cache over the same layers and parameters (whole model or
+//!   a pipeline stage's layer range), greedy or seeded sampling.
 //! - [`cloud`]: preemption notices from the instance metadata service (AWS, GCP, Azure).
 //! - [`data`]: deterministic synthetic data, a pure function of (seed, step, micro-batch).
 //! - [`state`]: a layer's migratable state, its byte format, checkpoints.
@@ -11,13 +13,15 @@
 //! - [`local`]: in-process links and collectives (threads + channels) and a local driver.
 //! - [`tensor`]: host tensors and the wire encoding of tensors.
 //! - [`profile`]: `parcae-worker profile`: measures layouts and transfers on this machine, fits
-//!   a performance model and writes a profile for the host's planner.
+//!   a performance model and writes a profile for the host's planner; `profile-serving`
+//!   measures inference and writes a serving profile.
 //!
 //! The shared vocabulary (model shape, layouts, slots) is `parcae_cluster::layout`.
 
 pub mod cloud;
 pub mod data;
 pub mod error;
+pub mod infer;
 pub mod local;
 pub mod model;
 pub mod profile;

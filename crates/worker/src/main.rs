@@ -10,7 +10,8 @@
 //! appears (see `parcae_worker::cloud`).
 //!
 //! `parcae-worker profile` instead measures this machine and writes a profile for the
-//! host's planner (see `parcae_worker::profile`).
+//! host's planner (see `parcae_worker::profile`); `parcae-worker profile-serving` measures
+//! inference of the model and writes a serving profile (`parcae_worker::profile::run_serving_profile`).
 
 mod node;
 
@@ -105,6 +106,47 @@ enum Tool {
     /// Measure step times and transfers on this machine, fit a performance model, write a profile
     /// that `parcae-host bench/run --profile` accept.
     Profile(ProfileArgs),
+    /// Measure inference of the model on this machine (per-layer prefill and decode per batch
+    /// size, pipeline hops and transfers over QUIC, weight loading, start-up) and write a
+    /// serving profile that SpotServe's latency model reads.
+    ProfileServing(ProfileServingArgs),
+}
+
+/// Options of `parcae-worker profile-serving`.
+#[derive(Debug, clap::Args)]
+struct ProfileServingArgs {
+    /// Where to write the serving profile.
+    #[arg(long, default_value = "out/serving-profile.json")]
+    out: PathBuf,
+    /// Batch sizes to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    batches: Vec<u32>,
+    /// Prompt length of the prefill measurements (default: half the model's seq_len; the rest
+    /// of the context is the workload's output).
+    #[arg(long)]
+    input_tokens: Option<usize>,
+    /// Timed rounds of every batch size's prefill and decode (medians are written).
+    #[arg(long, default_value_t = 50)]
+    repeats: usize,
+    /// Untimed rounds before the timed ones.
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
+    /// Timed QUIC transfers per message size.
+    #[arg(long, default_value_t = 20)]
+    transfer_reps: usize,
+    /// libtorch threads: the cores one serving instance stands for.
+    #[arg(long, default_value_t = 1)]
+    threads: i32,
+    /// Model (JSON, the fields of ModelSpec, as `parcae-host run --spec`; default: the built-in
+    /// small GPT that `run` trains).
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// The model's name in the profile.
+    #[arg(long, default_value = "worker-gpt")]
+    model_name: String,
+    /// Print everything measured as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Options of `parcae-worker profile`.
@@ -158,8 +200,10 @@ fn main() -> anyhow::Result<()> {
     let mut cli = Cli::parse();
     // Profiling prints its own progress; the transfers it times would log every chunk at info.
     parcae_logging::init(cli.log, if cli.command.is_some() { "warn" } else { "info" });
-    if let Some(Tool::Profile(args)) = cli.command.take() {
-        return profile(args);
+    match cli.command.take() {
+        Some(Tool::Profile(args)) => return profile(args),
+        Some(Tool::ProfileServing(args)) => return profile_serving(args),
+        None => {}
     }
     let device = parse_device(&cli.device)?;
     parcae_worker::tch::set_num_threads(cli.threads.max(1));
@@ -256,6 +300,62 @@ fn profile(args: ProfileArgs) -> anyhow::Result<()> {
         report.rows.iter().filter(|r| r.source == parcae_worker::profile::EntrySource::Predicted).count(),
         measured
     );
+    Ok(())
+}
+
+/// `parcae-worker profile-serving`: progress on stderr, the table (or JSON) on stdout.
+fn profile_serving(args: ProfileServingArgs) -> anyhow::Result<()> {
+    use parcae_worker::profile::{
+        ServingProfileOptions, measure_process_start, run_serving_profile, write_serving_profile,
+    };
+    let spec = parcae_cluster::ModelSpec::load(args.spec.as_deref())?;
+    anyhow::ensure!(args.threads >= 1, "--threads {}: must be at least 1", args.threads);
+    parcae_worker::tch::set_num_threads(args.threads);
+    let mut opts = ServingProfileOptions::new(spec);
+    opts.model_name = args.model_name;
+    opts.batches = args.batches;
+    if let Some(n) = args.input_tokens {
+        opts.input_tokens = n;
+    }
+    opts.repeats = args.repeats;
+    opts.warmup = args.warmup;
+    opts.transfer_reps = args.transfer_reps;
+    opts.threads = args.threads;
+    opts.instance_type = format!("local-cpu-{}core", args.threads);
+    if args.threads > 1 {
+        opts.hardware = opts.hardware.replacen("1 core of", &format!("{} cores of", args.threads), 1);
+    }
+    let exe = std::env::current_exe().context("locating this executable")?;
+    opts.proc_init_ms = Some(measure_process_start(&exe, 3)?);
+    eprintln!(
+        "profiling inference of {} on {} ({} thread(s)): batches {:?}, prompt {} tokens, {} warm-up + {} timed rounds",
+        opts.model_name,
+        opts.hardware,
+        opts.threads,
+        opts.batches,
+        opts.input_tokens,
+        opts.warmup,
+        opts.repeats
+    );
+    let report = run_serving_profile(&opts, &mut |line| eprintln!("  {line}"))?;
+    write_serving_profile(&report.profile, &args.out)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("batch  prefill ms/layer  decode ms/layer  prefill hop ms  decode hop ms");
+        for b in &report.batches {
+            println!(
+                "{:>5}  {:>16.4}  {:>15.4}  {:>14.3}  {:>13.3}",
+                b.batch, b.prefill_ms.median, b.decode_ms.median, b.prefill_hop_ms, b.decode_hop_ms
+            );
+        }
+        let r = &report.profile.reconfiguration;
+        println!(
+            "load {:.0} bytes/ms, transfer {:.0} bytes/ms, reinit {:.2} ms, instance start {:.1} ms",
+            r.load_bytes_per_ms, r.transfer_bytes_per_ms, r.reinit_ms, r.instance_start_ms
+        );
+    }
+    eprintln!("wrote {}", args.out.display());
     Ok(())
 }
 

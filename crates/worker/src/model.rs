@@ -108,12 +108,8 @@ pub fn init_layer(spec: &ModelSpec, layer: usize) -> Vec<TensorData> {
 pub fn forward_layer(spec: &ModelSpec, layer: usize, params: &[Tensor], x: &Tensor) -> Tensor {
     let d = spec.d_model as i64;
     match layer_kind(spec, layer) {
-        LayerKind::Embedding => {
-            let (wte, wpe) = (&params[0], &params[1]);
-            let t = x.size()[1];
-            Tensor::embedding(wte, x, -1, false, false) + wpe.narrow(0, 0, t)
-        }
-        LayerKind::Block => block(spec, params, x),
+        LayerKind::Embedding => embed(params, x, 0),
+        LayerKind::Block => block(spec, params, x, None).0,
         LayerKind::Head => {
             let h = x.layer_norm([d], Some(&params[0]), Some(&params[1]), LN_EPS, false);
             h.linear::<&Tensor>(&params[2], None)
@@ -121,8 +117,30 @@ pub fn forward_layer(spec: &ModelSpec, layer: usize, params: &[Tensor], x: &Tens
     }
 }
 
+/// The embedding of token ids `x` (`[batch, t]`) at positions `start..start + t`. The caller
+/// keeps `start + t` within `spec.seq_len` (the rows of `wpe`).
+pub(crate) fn embed(params: &[Tensor], x: &Tensor, start: i64) -> Tensor {
+    let (wte, wpe) = (&params[0], &params[1]);
+    let t = x.size()[1];
+    Tensor::embedding(wte, x, -1, false, false) + wpe.narrow(0, start, t)
+}
+
+/// Keys and values of one block's attention, `[batch, heads, positions, head_dim]` each.
+pub(crate) type KeyValues = (Tensor, Tensor);
+
 /// One pre-LN block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`.
-fn block(spec: &ModelSpec, p: &[Tensor], x: &Tensor) -> Tensor {
+///
+/// With `past` (the keys and values of the `P` positions before `x`, from earlier calls), the
+/// `t` new positions attend to those and causally to each other; without, `x` is the whole
+/// sequence, as in training (the same operations as ever: the past path only adds a
+/// concatenation and widens the mask). Returns the output and this call's keys and values,
+/// past included, so an incremental caller keeps them for the next call.
+pub(crate) fn block(
+    spec: &ModelSpec,
+    p: &[Tensor],
+    x: &Tensor,
+    past: Option<&KeyValues>,
+) -> (Tensor, KeyValues) {
     let d = spec.d_model as i64;
     let heads = spec.n_heads as i64;
     let hd = d / heads;
@@ -131,16 +149,23 @@ fn block(spec: &ModelSpec, p: &[Tensor], x: &Tensor) -> Tensor {
     let h = x.layer_norm([d], Some(&p[0]), Some(&p[1]), LN_EPS, false);
     let qkv = h.linear(&p[2], Some(&p[3])); // [b, t, 3d]
     let split = |i: i64| qkv.narrow(2, i * d, d).view([b, t, heads, hd]).transpose(1, 2); // [b, h, t, hd]
-    let (q, k, v) = (split(0), split(1), split(2));
-    let scores = q.matmul(&k.transpose(-2, -1)) * (1.0 / (hd as f64).sqrt()); // [b, h, t, t]
-    let future = Tensor::ones([t, t], (Kind::Bool, x.device())).triu(1);
+    let (q, mut k, mut v) = (split(0), split(1), split(2));
+    let mut offset = 0;
+    if let Some((past_k, past_v)) = past {
+        offset = past_k.size()[2];
+        k = Tensor::cat(&[past_k, &k], 2);
+        v = Tensor::cat(&[past_v, &v], 2);
+    }
+    let scores = q.matmul(&k.transpose(-2, -1)) * (1.0 / (hd as f64).sqrt()); // [b, h, t, offset + t]
+    // New position i (absolute offset + i) sees keys 0..=offset + i.
+    let future = Tensor::ones([t, offset + t], (Kind::Bool, x.device())).triu(1 + offset);
     let att = scores.masked_fill(&future, f64::NEG_INFINITY).softmax(-1, Kind::Float);
     let y = att.matmul(&v).transpose(1, 2).contiguous().view([b, t, d]);
     let x = x + y.linear(&p[4], Some(&p[5]));
 
     let h = x.layer_norm([d], Some(&p[6]), Some(&p[7]), LN_EPS, false);
     let h = h.linear(&p[8], Some(&p[9])).gelu("none").linear(&p[10], Some(&p[11]));
-    x + h
+    (x + h, (k, v))
 }
 
 /// Parameters of a layer, as loaded onto a device and tracking gradients.

@@ -15,6 +15,7 @@ pub struct SplitMix64 {
 pub(crate) const STREAM_INIT: u64 = 0x1A17;
 pub(crate) const STREAM_DATA: u64 = 0xDA7A;
 pub(crate) const STREAM_GRAMMAR: u64 = 0x6EA3;
+pub(crate) const STREAM_SAMPLE: u64 = 0x5A4E;
 
 impl SplitMix64 {
     /// A generator starting from `seed` as is.

@@ -1,11 +1,23 @@
 //! Helpers shared by the end-to-end tests: where the built policy components
-//! are, and small requests to drive them with.
+//! are, and small requests (training and serving) to drive them with.
 
 use std::path::PathBuf;
 
 use parcae_policy_core::{
     ConfigProfile, IntervalStats, ModelProfile, OptimizeRequest, ParallelConfig, PredictRequest,
 };
+
+/// A runtime with the tight budgets the hostile-fixture tests name in their
+/// checks: 200,000,000 fuel and 10 s a call, 32 MiB of memory.
+pub fn hostile_runtime() -> parcae_runtime::PolicyRuntime {
+    parcae_runtime::PolicyRuntime::new(parcae_runtime::SandboxLimits {
+        fuel_per_call: 200_000_000,
+        deadline_per_call: std::time::Duration::from_secs(10),
+        memory_bytes: 32 << 20,
+        ..parcae_runtime::SandboxLimits::default()
+    })
+    .expect("runtime starts")
+}
 
 /// Path of a guest component built by this crate's build script.
 pub fn policy_wasm(file: &str) -> PathBuf {
@@ -94,4 +106,18 @@ pub fn build_component(script: &str, output: &std::path::Path, hint: &str) -> Pa
         .unwrap_or_else(|e| panic!("cannot run bash {script}: {e}"));
     assert!(status.success(), "{script} failed; {hint}");
     output.to_path_buf()
+}
+
+/// A serving request on [`parcae_serving_core::toy_profile`]: `instances` and `rates` per
+/// interval (same length), the latency objective `slo_ms`, nothing serving now.
+pub fn serve_request(instances: &[u32], rates: &[f64], slo_ms: f64) -> parcae_serving_core::ServeRequest {
+    parcae_serving_core::ServeRequest {
+        instances: instances.to_vec(),
+        arrival_rates: rates.to_vec(),
+        latency_slo_ms: slo_ms,
+        interval_ms: 60_000,
+        current: None,
+        workload: parcae_serving_core::Workload { input_tokens: 512, output_tokens: 64 },
+        profile: parcae_serving_core::toy_profile(),
+    }
 }

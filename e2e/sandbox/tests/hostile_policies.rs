@@ -5,22 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use parcae_e2e_sandbox::{optimize_request, policy_wasm, predict_request};
+use parcae_e2e_sandbox::{hostile_runtime as runtime, optimize_request, policy_wasm, predict_request};
 use parcae_policy_core::reactive::{Persistence, ThroughputOptimal};
 use parcae_policy_core::{Optimizer, Predictor};
 use parcae_runtime::{
     FaultKind, GuardedPolicy, PolicyComponent, PolicyInstance, PolicyRuntime, SandboxLimits, Source,
 };
-
-fn runtime() -> PolicyRuntime {
-    PolicyRuntime::new(SandboxLimits {
-        fuel_per_call: 200_000_000,
-        deadline_per_call: Duration::from_secs(10),
-        memory_bytes: 32 << 20,
-        ..SandboxLimits::default()
-    })
-    .expect("runtime starts")
-}
 
 fn load(runtime: &PolicyRuntime, file: &str) -> Arc<PolicyComponent> {
     runtime.load_file(&policy_wasm(file)).unwrap_or_else(|e| panic!("{file} loads: {e}"))

@@ -9,6 +9,7 @@ pub mod bench;
 pub mod bench_fidelity;
 pub mod bench_migration;
 pub mod bench_mixed;
+pub mod bench_serve;
 pub mod policy;
 pub mod profile;
 pub mod provision;

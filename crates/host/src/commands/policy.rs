@@ -8,7 +8,7 @@ use clap::Subcommand;
 
 use crate::args::SandboxArgs;
 use crate::embedded::{BUILTIN_POLICIES, BUILTIN_PREFIX, DEFAULT_POLICY, builtin_policy};
-use crate::policies::load_policy;
+use crate::policies::load_component;
 use crate::templates::{self, Lang};
 
 /// The `policy` subcommands.
@@ -67,7 +67,7 @@ fn list() -> anyhow::Result<()> {
     let width = BUILTIN_POLICIES.iter().map(|p| p.name.len()).max().unwrap_or(0) + BUILTIN_PREFIX.len();
     for policy in BUILTIN_POLICIES {
         let spec = format!("{BUILTIN_PREFIX}{}", policy.name);
-        let component = load_policy(&runtime, &spec)?;
+        let component = load_component(&runtime, &spec)?;
         println!(
             "{spec:<width$}  {:<16}  {:>4} KiB  {}{}",
             component.exports().world(),
@@ -77,7 +77,8 @@ fn list() -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nuse one as `--policy builtin:NAME`; `parcae-host policy export NAME -o FILE.wasm` writes it to a file"
+        "\nuse one as `--policy builtin:NAME` (a serving-policy one with a serving command); \
+         `parcae-host policy export NAME -o FILE.wasm` writes it to a file"
     );
     Ok(())
 }
@@ -96,7 +97,15 @@ fn export(name: &str, output: Option<&Path>) -> anyhow::Result<()> {
         output.map_or_else(|| PathBuf::from(format!("{}.wasm", bare.replace('-', "_"))), Path::to_path_buf);
     std::fs::write(&output, policy.bytes).with_context(|| format!("writing {}", output.display()))?;
     println!("wrote {} ({} bytes, {}{})", output.display(), policy.bytes.len(), BUILTIN_PREFIX, policy.name);
-    println!("next: parcae-host --policy {}", output.display());
+    if policy.serving {
+        println!(
+            "next: parcae-host policy check {} (a serving policy: world serving-policy of {})",
+            output.display(),
+            parcae_runtime::SERVING_WIT_PACKAGE
+        );
+    } else {
+        println!("next: parcae-host --policy {}", output.display());
+    }
     Ok(())
 }
 
@@ -126,16 +135,18 @@ fn check(policies: &[String], sandbox: &SandboxArgs) -> anyhow::Result<()> {
     let runtime = sandbox.runtime()?;
     let mut failed = 0;
     for spec in policies {
-        match load_policy(&runtime, spec) {
+        match load_component(&runtime, spec) {
             Ok(component) => {
                 let exports = component.exports();
-                println!(
-                    "{spec}: ok, implements world {} of {}",
-                    exports.world(),
-                    parcae_runtime::WIT_PACKAGE
-                );
-                println!("  predictor: {}", if exports.predictor { "exported" } else { "-" });
-                println!("  optimizer: {}", if exports.optimizer { "exported" } else { "-" });
+                println!("{spec}: ok, implements world {} of {}", exports.world(), exports.package());
+                let exported = |yes: bool| if yes { "exported" } else { "-" };
+                if exports.is_training() {
+                    println!("  predictor: {}", exported(exports.predictor));
+                    println!("  optimizer: {}", exported(exports.optimizer));
+                }
+                if exports.is_serving() {
+                    println!("  configurator: exported (a serving policy, for `parcae-host bench-serve`)");
+                }
                 let stubbed = component.stubbed_imports();
                 let (wasi, other): (Vec<_>, Vec<_>) = component
                     .imports()

@@ -35,12 +35,17 @@
 //! `transfer.rs` (the QUIC transfer curve), `run.rs` (the whole pipeline), `file.rs` (the
 //! profile file written) and `report.rs` (what `profile` prints). Everything public is
 //! re-exported here, so callers name `parcae_worker::profile::X` whatever file it lives in.
+//!
+//! `serving.rs` is `parcae-worker profile-serving`: inference of the model measured the same
+//! way (per-layer prefill and decode, pipeline hops over the same QUIC transfer) and written
+//! as a serving profile for SpotServe's latency model (see its module docs).
 
 mod file;
 mod measure;
 mod options;
 mod report;
 mod run;
+mod serving;
 mod transfer;
 
 use std::path::PathBuf;
@@ -58,6 +63,10 @@ pub use parcae_cluster::perf::{
 };
 pub use report::{EntrySource, LayoutRow, ProfileReport, render_table};
 pub use run::{Progress, run_profile};
+pub use serving::{
+    BatchMeasurement, MEMORY_FRACTION, ServingProfileOptions, ServingReport, kv_bytes_per_token,
+    run_serving_profile, weight_bytes, write_serving_profile,
+};
 pub use transfer::{default_transfer_sizes, measure_transfer};
 
 /// Why profiling failed.
@@ -72,6 +81,9 @@ pub enum ProfilingError {
     /// The profile built does not pass the cost model's checks (a bug here, or bad options).
     #[error("the profile built does not validate: {0}")]
     Profile(#[from] parcae_profile::ProfileError),
+    /// Running the model for inference failed.
+    #[error(transparent)]
+    Infer(#[from] crate::infer::InferError),
     /// The QUIC transfer measurement failed.
     #[error("measuring transfers over QUIC: {0}")]
     Transfer(String),

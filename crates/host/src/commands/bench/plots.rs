@@ -4,7 +4,7 @@
 
 use super::score::{TraceBench, instances};
 use crate::record::RowKind;
-use crate::svg::{Area, Side, Svg, Swatch, step_path, ticks};
+use crate::svg::{Area, PALETTE, Side, Svg, Swatch, step_path, ticks};
 
 const WIDTH: f64 = 1100.0;
 const LEFT: f64 = 90.0;
@@ -15,12 +15,6 @@ const GAP: f64 = 60.0;
 const PANEL_A: f64 = 150.0;
 const PANEL_B: f64 = 190.0;
 const PANEL_C: f64 = 240.0;
-
-/// Distinct colours (Tableau 10), assigned to rows in order; Ideal is black.
-const PALETTE: [&str; 10] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-    "#bab0ac",
-];
 
 /// Dash patterns cycled after the palette is used up.
 const DASHES: [&str; 3] = ["", "6 3", "2 2"];
