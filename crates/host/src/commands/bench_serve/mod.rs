@@ -599,7 +599,7 @@ fn ratios(bench: &ServeBench) -> String {
             ));
         }
     }
-    if let Some(row) = find("on-demand") {
+    if let Some(row) = find("on-demand").filter(|r| r.outcome.summary.cost_on_demand_usd > 0.0) {
         let od = row.outcome.summary.cost_on_demand_usd;
         out.push_str(&format!(
             "{}: ${:.2} against ${od:.2} on demand ({:.0}% cheaper), P99 {} vs {} s\n",

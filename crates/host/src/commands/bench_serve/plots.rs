@@ -1,6 +1,7 @@
 //! The SVG of one trace's serving benchmark, drawn with [`crate::svg`]: (a)
 //! the latency CDF of every row, with the SLO marked; (b) instances available
-//! and the instances each row's configuration used over time.
+//! and the instances each row's configuration used over time; (c) each row's
+//! replica shape (GPUs per replica) over time.
 
 use super::ServeBench;
 use crate::svg::{Area, PALETTE, Side, Svg, Swatch, step_path, ticks};
@@ -12,6 +13,7 @@ const LEGEND_X: f64 = LEFT + PLOT_WIDTH + 30.0;
 const TOP: f64 = 70.0;
 const PANEL: f64 = 240.0;
 const GAP: f64 = 80.0;
+const PANEL_C: f64 = 160.0;
 
 fn colour(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
@@ -36,7 +38,7 @@ fn latencies(outcome: &parcae_serve_sim::ServeOutcome) -> Vec<f64> {
 /// The SVG document for `bench`.
 pub fn plot(bench: &ServeBench, model: &str) -> String {
     let top_b = TOP + PANEL + GAP;
-    let height = (top_b + PANEL + 60.0).max(TOP + 40.0 + 22.0 * (bench.rows.len() as f64 + 2.0));
+    let height = (top_b + 2.0 * PANEL + GAP + 60.0).max(TOP + 40.0 + 22.0 * (bench.rows.len() as f64 + 2.0));
     let mut svg = Svg::new(WIDTH, height, Some(".title { font-size: 14px; font-weight: bold; }"));
     let name = bench.path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     svg.text(
@@ -120,6 +122,45 @@ pub fn plot(bench: &ServeBench, model: &str) -> String {
         );
     }
     svg.frame(area_b);
+
+    // (c) the replica shape over time: GPUs per replica (tp x pp) and batch size.
+    let top_c = top_b + PANEL + GAP;
+    let shapes: Vec<Vec<f64>> = bench
+        .rows
+        .iter()
+        .map(|row| {
+            row.outcome
+                .intervals
+                .iter()
+                .map(|r| r.config.map_or(0.0, |c| f64::from(c.gpus_per_replica())))
+                .collect()
+        })
+        .collect();
+    let g_max = shapes.iter().flatten().copied().fold(1.0, f64::max) * 1.1;
+    let area_c = Area { left: LEFT, top: top_c, width: PLOT_WIDTH, height: PANEL_C };
+    let yc = |v: f64| top_c + PANEL_C * (1.0 - v / g_max);
+    svg.text(
+        LEFT,
+        top_c - 10.0,
+        r#"class="title""#,
+        "(c) configuration: GPUs per replica (tp x pp); 0 = not serving",
+    );
+    for v in ticks(0.0, g_max, 5.0) {
+        svg.y_tick(area_c, yc(v), &label(v), Side::Left, true);
+    }
+    for h in ticks(0.0, hours, 10.0) {
+        svg.x_tick(area_c, xb(h * 3_600_000.0 / bench.interval_ms as f64), &label(h), 16.0, true);
+    }
+    svg.x_title(area_c, 34.0, "time (hours)");
+    svg.vertical_text(LEFT - 50.0, top_c + PANEL_C / 2.0, "GPUs per replica");
+    for (i, values) in shapes.iter().enumerate() {
+        let offset = (i as f64 - (bench.rows.len() as f64 - 1.0) / 2.0) * 1.4;
+        svg.path(
+            &step_path(values, xb, |v| yc(v) + offset),
+            &format!(r#"fill="none" stroke="{}" stroke-width="1.6""#, colour(i)),
+        );
+    }
+    svg.frame(area_c);
 
     // Legend.
     let swatch = Swatch { width: 28.0, gap: 8.0 };
