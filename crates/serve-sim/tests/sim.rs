@@ -7,8 +7,7 @@ use parcae_serve_sim::{
     Fleet, Recovery, ServeOutcome, ServeSetup, ServeSimError, gamma_arrivals, simulate, simulate_on_demand,
 };
 use parcae_serving_core::{
-    LayerTiming, ServePlan, ServeRequest, ServingConfig, ServingOptimizer, ServingProfile, SpotServe,
-    Workload, estimate,
+    ServePlan, ServeRequest, ServingConfig, ServingOptimizer, ServingProfile, SpotServe, Workload, estimate,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
