@@ -116,8 +116,8 @@ impl GuardedServingPolicy {
     }
 
     /// A valid plan for `request`, always: the guest's, or SpotServe's. When
-    /// even SpotServe refuses the request (no intervals, or as many rates as
-    /// intervals), the plan stops serving in every interval.
+    /// even SpotServe refuses the request (no intervals, or not one rate per
+    /// interval), the plan stops serving in every interval.
     pub fn configure(&mut self, request: &ServeRequest) -> Answer<ServePlan> {
         let outcome = guarded_call(&mut self.slot, self.quarantine_after, &mut self.instance.inner, |i| {
             configure(i, request)
