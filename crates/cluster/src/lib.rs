@@ -8,6 +8,7 @@ pub mod migration;
 pub mod perf;
 pub mod protocol;
 pub mod recovery;
+pub mod serving;
 
 pub use layout::{Layout, LayoutError, ModelSpec, Slot, SpecFileError};
 pub use migration::{

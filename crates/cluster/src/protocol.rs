@@ -18,9 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::layout::{Layout, ModelSpec, Slot};
 use crate::migration::WorkerId;
+use crate::serving::{SeqStep, ServeConfiguration};
 
 /// Version of this protocol; a worker of another version is refused at hello.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The worker's first message on its control stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -195,6 +196,19 @@ pub enum WorkerCommand {
     /// Wait for every background checkpoint write and report them (the end of
     /// a run completes its pending periodic checkpoint instead of abandoning it).
     Flush,
+    /// Take a place in a serving configuration (`parcae-host serve`).
+    ServeConfigure(ServeConfiguration),
+    /// Run one decode iteration of the replica: every worker of the replica gets the same
+    /// sequences; the first stage embeds their tokens, hidden states flow stage to stage,
+    /// the last stage's rank 0 answers with each request's next token.
+    ServeStep {
+        /// Unique per iteration and increasing (the key of its activations and reductions).
+        iteration: u64,
+        /// The requests of the replica's batch, each with the tokens it feeds.
+        seqs: Vec<SeqStep>,
+        /// Requests whose caches to drop first (finished or moved away).
+        release: Vec<u64>,
+    },
     /// Stop cleanly.
     Shutdown,
 }
@@ -316,6 +330,26 @@ pub enum Reply {
     Flushed {
         /// The writes that ended since the last report.
         written: Vec<BackgroundWrite>,
+    },
+    /// The worker holds its serving shard and the caches it was told to.
+    ServeConfigured {
+        /// KV-cache bytes sent to peers.
+        bytes_sent: u64,
+        /// KV-cache bytes received (from peers and its own old cache).
+        bytes_received: u64,
+        /// Weight bytes it had to load (0 when its shard was unchanged).
+        weight_bytes_loaded: u64,
+        /// Wall time of the whole reconfiguration.
+        millis: f64,
+    },
+    /// One iteration done.
+    ServeStepped {
+        /// The iteration.
+        iteration: u64,
+        /// Each request's next token (the last stage's rank 0 only; empty elsewhere).
+        tokens: Vec<(u64, i64)>,
+        /// Wall time of this worker's part.
+        millis: f64,
     },
     /// The worker is shutting down cleanly.
     Bye,

@@ -9,8 +9,8 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::{
-    bench, bench_fidelity, bench_migration, bench_mixed, bench_serve, policy, profile, provision, replay,
-    run as train, trace,
+    bench, bench_fidelity, bench_migration, bench_mixed, bench_serve, loadgen, policy, profile, provision,
+    replay, run as train, serve, trace,
 };
 
 /// Parcae: train on spot instances, reconfiguring before preemptions hit.
@@ -67,6 +67,13 @@ pub enum Command {
     /// traces with a queueing model: P50/P90/P99 latency, SLO attainment, cost, against
     /// restart-style reparallelization, rerouting only and an on-demand fleet.
     BenchServe(bench_serve::ServeBenchArgs),
+    /// Drive an OpenAI-compatible completions server with Gamma-distributed streamed
+    /// requests and report time to first token, end-to-end latency and rejections.
+    Loadgen(loadgen::LoadgenArgs),
+    /// Serve the model for real (SpotServe): worker processes on a replayed trace behind an
+    /// OpenAI-compatible HTTP API, reparallelized as instances come and go, with KV caches
+    /// migrated so interrupted requests resume at their next token.
+    Serve(Box<serve::ServeArgs>),
     /// Train for real: start (or accept) workers, replay a trace's preemptions
     /// and allocations against them, and migrate live state as the policy plans.
     Run(Box<train::RunArgs>),
@@ -128,6 +135,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::BenchFidelity(args) => bench_fidelity::run(&args),
         Command::BenchMixed(args) => bench_mixed::run(&args),
         Command::BenchServe(args) => bench_serve::run(&args),
+        Command::Serve(args) => serve::run(&args),
+        Command::Loadgen(args) => loadgen::run(&args),
         Command::Run(args) => train::run(&args),
     }
 }

@@ -125,6 +125,14 @@ pub const SERVING_PROFILE: (&str, &str) = (
     include_str!("../../../data/profiles/serving-gpt-20b-g4dn12xl-spotserve.json"),
 );
 
+/// The built-in GPT served by `parcae-worker` processes on one CPU core, measured here by
+/// `parcae-worker profile-serving` (`data/profiles/PROVENANCE.md`): `serve`'s default
+/// serving profile, the cost model its policy plans with.
+pub const WORKER_SERVING_PROFILE: (&str, &str) = (
+    "data/profiles/serving-worker-gpt-cpu-measured.json",
+    include_str!("../../../data/profiles/serving-worker-gpt-cpu-measured.json"),
+);
+
 /// The model `bench` plans for by default on [`P3_PROFILE`].
 pub const P3_DEFAULT_MODEL: &str = "gpt-1.5b";
 

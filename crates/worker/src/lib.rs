@@ -26,6 +26,7 @@ pub mod local;
 pub mod model;
 pub mod profile;
 pub mod rng;
+pub mod serving;
 pub mod stage;
 pub mod state;
 pub mod tensor;

@@ -451,9 +451,10 @@ async fn serve(
         .with_context(|| format!("opening the checkpoint store {store_spec}"))?;
     info!(store = %store_spec, "checkpoints go to the store");
     let compute = {
-        let (spec, net, rt) = (welcome.spec.clone(), net.clone(), rt.clone());
+        let (spec, net, rt, worker) = (welcome.spec.clone(), net.clone(), rt.clone(), welcome.worker);
         std::thread::Builder::new().name("compute".into()).spawn(move || -> anyhow::Result<()> {
-            let mut driver = Driver::new(spec, device, net, rt, peer_timeout, store, slowdown)?;
+            let mut driver =
+                Driver::new(spec, device, net, rt, peer_timeout, store, slowdown)?.with_worker_id(worker);
             while let Ok((command, reply)) = commands_rx.recv() {
                 let _ = reply.send(driver.handle(command));
             }

@@ -19,6 +19,7 @@ use tracing::{info, warn};
 use super::links::{Neighbour, QuicAllReduce, QuicPipeLink};
 use super::mailbox::Key;
 use super::peers::PeerNet;
+use super::serve::{ServeContext, Serving};
 
 /// Where this worker sits in the current configuration.
 struct Placement {
@@ -61,6 +62,10 @@ pub struct Driver {
     pending_attempt: Option<u64>,
     /// Background checkpoint writes not yet reported to the host.
     writes: Vec<PendingWrite>,
+    /// The serving shard and caches, when the host serves.
+    serving: Serving,
+    /// This worker's id (given at welcome).
+    worker: parcae_cluster::WorkerId,
 }
 
 impl Driver {
@@ -85,7 +90,16 @@ impl Driver {
             store,
             pending_attempt: None,
             writes: Vec::new(),
+            serving: Serving::default(),
+            worker: 0,
         })
+    }
+
+    /// The id the host welcomed this worker with (serving copies KV pieces a worker needs
+    /// from itself instead of sending them).
+    pub fn with_worker_id(mut self, worker: parcae_cluster::WorkerId) -> Self {
+        self.worker = worker;
+        self
     }
 
     /// Runs one command; failures become [`Reply::Failed`] with the state left consistent.
@@ -109,6 +123,12 @@ impl Driver {
                 let written = std::mem::take(&mut self.writes).into_iter().map(PendingWrite::join).collect();
                 Ok(Reply::Flushed { written })
             }
+            WorkerCommand::ServeConfigure(configuration) => {
+                self.with_serving(|serving, cx| serving.configure(cx, configuration))
+            }
+            WorkerCommand::ServeStep { iteration, seqs, release } => {
+                self.with_serving(|serving, cx| serving.step(cx, iteration, &seqs, &release))
+            }
             WorkerCommand::Shutdown => {
                 // Let background writes finish: a clean stop loses no checkpoint.
                 for write in std::mem::take(&mut self.writes).into_iter().map(PendingWrite::join) {
@@ -123,6 +143,20 @@ impl Driver {
             warn!(%e, "command failed");
             Reply::Failed { reason: e.to_string() }
         })
+    }
+
+    /// Runs a serving command with the serving state and what it needs of the worker.
+    fn with_serving<T>(&mut self, f: impl FnOnce(&mut Serving, &ServeContext<'_>) -> T) -> T {
+        let cx = ServeContext {
+            spec: &self.spec,
+            net: &self.net,
+            rt: &self.rt,
+            timeout: self.peer_timeout,
+            store: &self.store,
+            device: self.trainer.device(),
+            me: self.worker,
+        };
+        f(&mut self.serving, &cx)
     }
 
     fn reconfigure(&mut self, reconfiguration: Reconfiguration) -> Result<Reply, WorkerError> {

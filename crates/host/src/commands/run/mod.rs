@@ -6,15 +6,11 @@
 //! job with the loaded policy. Remote workers may join at any time with
 //! `parcae-worker --join ADDR --token T`.
 
-mod checkpoints;
-mod cloud;
 mod durable;
 mod fidelity;
-mod fleet;
 mod metrics;
 mod orchestrator;
 mod report;
-mod timeline;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,23 +18,21 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use parcae_cluster::protocol::Hello;
 use parcae_cluster::{AssignmentStrategy, ModelSpec};
 use std::sync::Arc;
 
-use parcae_net::{
-    Accepted, ClusterCa, JoinAuthority, JoinToken, NetEndpoint, ServerMode, StreamKind, TransportOptions,
-};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+pub use crate::workers::timeline::{FleetEvent, TimeScale, TimedEvent, resume_at, timeline};
 pub use fidelity::{Comparison, Fidelity};
 pub use report::{CheckpointReason, RunEvent, Summary, Timed};
-pub use timeline::{FleetEvent, TimeScale, TimedEvent, resume_at, timeline};
 
 use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs};
+use crate::checkpoints;
 use crate::embedded::{DEMO_TRACE, trace_or_demo};
-use fleet::{Arrival, Fleet, LocalLaunch};
+use crate::workers::cloud;
+use crate::workers::fleet::{Arrival, Fleet};
 use orchestrator::RunSettings;
 use report::{RunContext, RunLog};
 
@@ -303,20 +297,10 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         );
     }
 
-    // The cluster's CA, the host's identity, the join token.
-    let ca = Arc::new(ClusterCa::generate("parcae-cluster")?);
-    let host_identity = ca.issue("parcae-host", &["localhost", "127.0.0.1"])?;
-    let token = JoinToken::generate(ca.fingerprint())?;
-    let endpoint = Arc::new(NetEndpoint::bind(
-        args.listen,
-        &host_identity,
-        ServerMode::AllowJoin,
-        TransportOptions::default(),
-    )?);
-    let host_addr = endpoint.local_addr()?;
-    info!(%host_addr, "host listening");
+    // The cluster's CA, the host's identity, the join token, the listener.
+    let mut host = crate::workers::HostEndpoint::start(args.listen)?;
     if args.remote {
-        println!("join with: parcae-worker --join {host_addr} --token {token}");
+        println!("join with: parcae-worker --join {} --token {}", host.host_addr, host.token);
     }
     let run_metrics = Arc::new(metrics::RunMetrics::new());
     let metrics_server = match args.metrics_addr {
@@ -328,22 +312,15 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         }
         None => None,
     };
-    let (arrivals_tx, mut arrivals) = mpsc::channel(64);
-    let authority = Arc::new(JoinAuthority::new(ca.clone(), token.clone()));
-    let accept = tokio::spawn(accept_loop(endpoint.clone(), authority, arrivals_tx));
-
     let launch = if args.remote {
         None
     } else {
-        Some(LocalLaunch {
-            worker_bin: crate::processes::worker_bin(args.worker_bin.as_deref())?,
-            host_addr,
-            identities: run_dir.join("identities"),
-            logs: run_dir.join("logs"),
-            device: args.device.clone(),
-            ca: ca.clone(),
-            types: args.emulate_types.clone().map(|t| t.0).unwrap_or_default(),
-        })
+        Some(host.local_launch(
+            args.worker_bin.as_deref(),
+            run_dir,
+            &args.device,
+            args.emulate_types.clone().map(|t| t.0).unwrap_or_default(),
+        )?)
     };
     let command_timeout = Duration::from_secs_f64(args.command_timeout);
     let mut fleet = Fleet::new(launch, command_timeout / 2, checkpoints.for_workers());
@@ -383,7 +360,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
     };
     let events = if args.remote {
         // No trace-driven processes: wait for joiners, then train on whoever is there.
-        wait_for_joiners(&mut fleet, &mut arrivals, &spec, args.remote_workers, command_timeout).await?;
+        wait_for_joiners(&mut fleet, &mut host.arrivals, &spec, args.remote_workers, command_timeout).await?;
         Vec::new()
     } else {
         events
@@ -433,7 +410,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         &mut fleet,
         start,
         &mut notes,
-        &mut arrivals,
+        &mut host.arrivals,
         &mut log,
         resume_from,
         &mut persister,
@@ -442,8 +419,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
     persister.finish().await;
     cloud.abort();
     fleet.shutdown(Duration::from_secs(5)).await;
-    accept.abort();
-    endpoint.close();
+    host.close();
     if outcome.is_err() {
         log.finish(0, None, None);
     } else if !log.history().is_empty() && args.script.is_none() {
@@ -525,50 +501,6 @@ fn predict_run(
             log.set_fidelity(fidelity, simulated);
         }
         Err(error) => warn!(%error, "the run could not be simulated; its summary has no prediction"),
-    }
-}
-
-/// Accepts connections: workers with a cluster certificate open their control
-/// stream and say hello; a certificate-less peer may only join with the token,
-/// anything else is refused (and logged by the endpoint).
-async fn accept_loop(
-    endpoint: Arc<NetEndpoint>,
-    authority: Arc<JoinAuthority>,
-    arrivals: mpsc::Sender<Arrival>,
-) {
-    while let Some(incoming) = endpoint.accept().await {
-        let acceptor = endpoint.acceptor();
-        let (arrivals, authority) = (arrivals.clone(), authority.clone());
-        tokio::spawn(async move {
-            let remote = incoming.remote_address();
-            let (conn, cert_name) = match acceptor.accept(incoming, Some(&authority)).await {
-                Ok(Accepted::Peer { conn, name }) => (conn, name),
-                Ok(Accepted::Joined { name }) => {
-                    info!(%remote, %name, "a worker joined the cluster (it reconnects with its certificate)");
-                    return;
-                }
-                Err(e) => {
-                    warn!(%remote, %e, "connection refused");
-                    return;
-                }
-            };
-            let hello = async {
-                let stream = parcae_net::accept_stream(&conn).await?;
-                anyhow::ensure!(stream.header.kind == StreamKind::Control, "expected a control stream first");
-                let send =
-                    stream.send.ok_or_else(|| anyhow::anyhow!("control stream must be bidirectional"))?;
-                let mut recv = stream.recv;
-                let hello: Hello = parcae_net::recv_msg(&mut recv).await?;
-                anyhow::Ok((send, recv, hello))
-            };
-            match tokio::time::timeout(Duration::from_secs(10), hello).await {
-                Ok(Ok((send, recv, hello))) => {
-                    let _ = arrivals.send(Arrival { hello, cert_name, conn, send, recv }).await;
-                }
-                Ok(Err(e)) => warn!(%remote, %cert_name, %e, "no hello; connection dropped"),
-                Err(_) => warn!(%remote, %cert_name, "no hello within 10 s; connection dropped"),
-            }
-        });
     }
 }
 

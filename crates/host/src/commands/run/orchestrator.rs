@@ -35,14 +35,14 @@ use parcae_runtime::GuardedPolicy;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::checkpoints::Checkpoints;
-use super::cloud::CloudNote;
 use super::durable::{Persister, Progress};
-use super::fleet::{Arrival, Fleet};
 use super::report::{CheckpointReason, RunEvent, RunLog};
-use super::timeline::TimeScale;
+use crate::checkpoints::Checkpoints;
 use crate::control::{self, ControlSettings};
 use crate::record::PolicyHealth;
+use crate::workers::cloud::CloudNote;
+use crate::workers::fleet::{Arrival, Fleet};
+use crate::workers::timeline::TimeScale;
 
 /// Everything the loop needs besides the fleet.
 pub struct RunSettings {

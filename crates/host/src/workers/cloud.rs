@@ -23,9 +23,23 @@ use super::timeline::{FleetEvent, TimedEvent};
 /// What the cloud did, for the host's loop to act on.
 #[derive(Debug, Clone)]
 pub enum CloudNote {
-    Allocate { node: String },
-    Notice { node: String },
-    Killed { node: String, announced: bool },
+    /// The cloud granted trace node `node`: start a worker for it.
+    Allocate {
+        /// The trace node.
+        node: String,
+    },
+    /// The cloud will reclaim `node` after the grace period.
+    Notice {
+        /// The trace node.
+        node: String,
+    },
+    /// The cloud killed `node`'s process.
+    Killed {
+        /// The trace node.
+        node: String,
+        /// Whether a notice came first.
+        announced: bool,
+    },
 }
 
 /// State the cloud and the fleet share.
@@ -41,17 +55,23 @@ pub struct Shared {
     epoch: AtomicU64,
     /// Workers taking part in the attempt or epoch in flight: only their loss cancels it.
     participants: Mutex<HashSet<WorkerId>>,
+    /// Serving: the decode iterations in flight, one per replica, with their workers (a
+    /// loss cancels only the iteration of its own replica).
+    iterations: Mutex<Vec<(u64, HashSet<WorkerId>)>>,
 }
 
 impl Shared {
+    /// Records the process the cloud kills when it reclaims `node`.
     pub fn register_process(&self, node: &str, worker: WorkerId, pid: u32) {
         self.processes.lock().expect("cloud lock").insert(node.to_string(), (worker, pid));
     }
 
+    /// Records the host's connection to `worker`, closed when the cloud kills it.
     pub fn register_conn(&self, worker: WorkerId, conn: quinn::Connection) {
         self.conns.lock().expect("cloud lock").insert(worker, conn);
     }
 
+    /// Forgets a worker that is gone.
     pub fn forget(&self, worker: WorkerId) {
         self.conns.lock().expect("cloud lock").remove(&worker);
         self.processes.lock().expect("cloud lock").retain(|_, (w, _)| *w != worker);
@@ -69,6 +89,11 @@ impl Shared {
         self.epoch.store(epoch, Ordering::SeqCst);
     }
 
+    /// The serving iterations now in flight (empty: none), each with its replica's workers.
+    pub fn set_iterations(&self, iterations: Vec<(u64, HashSet<WorkerId>)>) {
+        *self.iterations.lock().expect("cloud lock") = iterations;
+    }
+
     /// SIGKILLs the process of `node`; closes the host's connection to it and
     /// cancels the step attempt in flight on everyone else.
     async fn kill_node(&self, node: &str) -> Option<WorkerId> {
@@ -78,13 +103,20 @@ impl Shared {
         if rc != 0 {
             warn!(%node, pid, "kill failed (already exited?)");
         }
-        let others: Vec<quinn::Connection> = {
+        let others: Vec<(WorkerId, quinn::Connection)> = {
             let mut conns = self.conns.lock().expect("cloud lock");
             if let Some(conn) = conns.remove(&worker) {
                 conn.close(0u32.into(), b"instance preempted");
             }
-            conns.values().cloned().collect()
+            conns.iter().map(|(w, c)| (*w, c.clone())).collect()
         };
+        // A serving replica's iteration: only that replica's workers give it up.
+        for (iteration, members) in self.iterations.lock().expect("cloud lock").iter() {
+            if members.contains(&worker) {
+                let targets = others.iter().filter(|(w, _)| members.contains(w)).map(|(_, c)| c.clone());
+                send_cancels(targets, Cancel::StepAttempt(*iteration));
+            }
+        }
         if !self.participants.lock().expect("cloud lock").contains(&worker) {
             // An idle or leaving worker: nothing in flight depends on it.
             return Some(worker);
@@ -96,20 +128,24 @@ impl Shared {
             (epoch > 0).then_some(Cancel::Epoch(epoch)),
         ];
         for cancel in cancels.into_iter().flatten() {
-            for conn in &others {
-                let conn = conn.clone();
-                tokio::spawn(async move {
-                    if let Ok(mut send) = conn.open_uni().await {
-                        let header = StreamHeader::new(StreamKind::Control, Cancel::STREAM_TAG);
-                        if header.write(&mut send).await.is_ok() {
-                            let _ = parcae_net::send_msg(&mut send, &cancel).await;
-                        }
-                        let _ = send.finish();
-                    }
-                });
-            }
+            send_cancels(others.iter().map(|(_, c)| c.clone()), cancel);
         }
         Some(worker)
+    }
+}
+
+/// Sends `cancel` to each connection on its own urgent stream, without waiting.
+fn send_cancels(conns: impl Iterator<Item = quinn::Connection>, cancel: Cancel) {
+    for conn in conns {
+        tokio::spawn(async move {
+            if let Ok(mut send) = conn.open_uni().await {
+                let header = StreamHeader::new(StreamKind::Control, Cancel::STREAM_TAG);
+                if header.write(&mut send).await.is_ok() {
+                    let _ = parcae_net::send_msg(&mut send, &cancel).await;
+                }
+                let _ = send.finish();
+            }
+        });
     }
 }
 

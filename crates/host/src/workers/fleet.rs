@@ -23,21 +23,28 @@ use super::cloud::Shared;
 
 /// A worker that connected and said hello, before the host admits it.
 pub struct Arrival {
+    /// What the worker said first.
     pub hello: Hello,
     /// The name on the worker's cluster certificate.
     pub cert_name: String,
+    /// Its connection.
     pub conn: quinn::Connection,
+    /// The control stream's sending half.
     pub send: quinn::SendStream,
+    /// The control stream's receiving half.
     pub recv: quinn::RecvStream,
 }
 
 /// Why a command got no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
+    /// The worker did not answer in time.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    /// The connection failed.
     #[error("connection lost: {0}")]
     Lost(String),
+    /// The worker is not (or no longer) connected.
     #[error("worker {0} is not connected")]
     NotConnected(WorkerId),
 }
@@ -84,11 +91,17 @@ pub struct WorkerHandle {
 
 /// How local workers are started.
 pub struct LocalLaunch {
+    /// The `parcae-worker` binary.
     pub worker_bin: PathBuf,
+    /// Where workers reach the host.
     pub host_addr: SocketAddr,
+    /// Where each worker's certificate and key are written.
     pub identities: PathBuf,
+    /// Where each worker's log goes.
     pub logs: PathBuf,
+    /// The device workers compute on (`cpu`, `cuda`, `auto`).
     pub device: String,
+    /// The cluster's CA, which issues each worker's certificate.
     pub ca: Arc<ClusterCa>,
     /// Instance types the local workers take in turn, with the slowdown each emulates
     /// (`run --emulate-types`); empty: one type, full speed.
@@ -114,6 +127,7 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// A fleet with no workers yet; `launch` None: workers join from elsewhere.
     pub fn new(launch: Option<LocalLaunch>, peer_timeout: Duration, checkpoints: CheckpointStore) -> Self {
         let (reports_tx, reports) = mpsc::unbounded_channel();
         Fleet {
@@ -352,6 +366,7 @@ impl Fleet {
         self.processes.keys().filter(|id| !self.workers.contains_key(id) && !self.dead.contains(id)).count()
     }
 
+    /// Connected and not counted lost.
     pub fn is_alive(&self, id: WorkerId) -> bool {
         self.workers.contains_key(&id) && !self.dead.contains(&id)
     }
@@ -366,6 +381,7 @@ impl Fleet {
         self.workers.keys().copied().collect()
     }
 
+    /// A connected worker's QUIC endpoint for its peers.
     pub fn peer_addr(&self, id: WorkerId) -> Option<SocketAddr> {
         self.workers.get(&id).map(|h| h.peer_addr)
     }

@@ -8,16 +8,26 @@ use parcae_traces::{EventKind, Trace};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FleetEvent {
     /// The cloud grants a new instance: start a worker for `node`.
-    Allocate { node: String },
+    Allocate {
+        /// The trace node.
+        node: String,
+    },
     /// The cloud reclaims `node`: a notice now, the kill after the grace period
     /// (at once when the node is listed as unannounced).
-    Preempt { node: String, notice: bool },
+    Preempt {
+        /// The trace node.
+        node: String,
+        /// Whether the cloud warns first.
+        notice: bool,
+    },
 }
 
 /// One event at its wall-clock offset from the start of the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimedEvent {
+    /// Offset from the start of the replay.
     pub at: Duration,
+    /// What happens.
     pub event: FleetEvent,
 }
 

@@ -1,0 +1,476 @@
+//! `parcae-host serve`: LLM inference on spot instances (SpotServe). Starts worker
+//! processes as the trace allocates instances, replays its notices and kills against them,
+//! serves an OpenAI-compatible HTTP API from them, and reparallelizes (dp x tp x pp) as
+//! the serving policy decides, moving KV caches so interrupted requests resume at their
+//! next token.
+//!
+//! With `--load-rate` it also drives itself with the load generator for the whole replay
+//! and prints the latency report; `--compare token,restart,reroute` replays the same trace
+//! and the same seeded load once per recovery mode and tables them side by side.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use parcae_cluster::ModelSpec;
+use parcae_cluster::serving::WeightSource;
+use parcae_profile::ServingProfileData;
+use parcae_serving_core::estimate::shapes;
+use serde::Serialize;
+use tokio::sync::{mpsc, watch};
+use tracing::info;
+
+use crate::args::SandboxArgs;
+use crate::checkpoints::Checkpoints;
+use crate::embedded::{WORKER_SERVING_PROFILE, trace_or_demo};
+use crate::policies::load_serving;
+use crate::serving::api::{EngineHandle, EngineStatus, ModelCard};
+use crate::serving::engine::{Chooser, Engine, EngineSettings, EngineStats, RecoveryMode, ScriptedConfig};
+use crate::serving::loadgen::{LatencySummary, LoadReport, LoadSpec, run_load};
+use crate::workers::cloud;
+use crate::workers::fleet::Fleet;
+use crate::workers::{HostEndpoint, TimeScale, TimedEvent, timeline};
+
+/// Options of `parcae-host serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Trace to replay (default: the embedded demo trace).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Force the trace's format instead of detecting it.
+    #[arg(long)]
+    pub format: Option<parcae_traces::Format>,
+    /// Wall-clock seconds each trace interval is replayed in.
+    #[arg(long, default_value_t = 4.0)]
+    pub wall_seconds_per_interval: f64,
+    /// Length of one trace interval (the policy's control interval), seconds of trace time.
+    #[arg(long, default_value_t = 60)]
+    pub trace_interval_seconds: u64,
+    /// Replay only the first N intervals of the trace.
+    #[arg(long)]
+    pub intervals: Option<usize>,
+    /// Preemption notice, seconds of trace time (scaled like the trace).
+    #[arg(long, default_value_t = 30.0)]
+    pub grace_seconds: f64,
+    /// Trace nodes whose removal comes without notice; repeatable.
+    #[arg(long = "unannounced", value_name = "NODE")]
+    pub unannounced: Vec<String>,
+    /// What reconfigurations do to requests in flight.
+    #[arg(long, value_enum, default_value_t = RecoveryMode::Token)]
+    pub recovery: RecoveryMode,
+    /// Replay once per recovery mode with the same load and table them side by side
+    /// (needs --load-rate).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "MODES", requires = "load_rate")]
+    pub compare: Vec<RecoveryMode>,
+    /// Serving policy (`.wasm` with world `serving-policy`, or `builtin:NAME`).
+    #[arg(long, default_value = "builtin:spotserve")]
+    pub policy: String,
+    /// Serving profile the policy plans with (default: the built-in GPT measured on one CPU
+    /// core, embedded).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// End-to-end latency objective the policy plans for, seconds (default: 5 x the lowest
+    /// latency of any configuration in the profile).
+    #[arg(long, value_name = "SECONDS")]
+    pub slo_seconds: Option<f64>,
+    /// Configurations per interval given instead of asked of the policy: a JSON array of
+    /// `{"dp":1,"tp":2,"pp":2,"batch":4}` or `null` (pause), one per interval.
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// Model (JSON, the fields of the worker's ModelSpec; default: the built-in small GPT).
+    #[arg(long)]
+    pub spec: Option<PathBuf>,
+    /// Serve the newest complete checkpoint a `run` wrote here (its run directory or
+    /// --checkpoint-url) instead of the model's initial weights.
+    #[arg(long, value_name = "RUN_DIR|URL")]
+    pub checkpoint: Option<String>,
+    /// An S3-compatible endpoint for an s3:// --checkpoint.
+    #[arg(long, value_name = "URL")]
+    pub checkpoint_endpoint: Option<String>,
+    /// Where the HTTP API listens (port 0: any free port; the address is printed).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub http: SocketAddr,
+    /// Address the host listens on for workers.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Directory for worker identities and logs.
+    #[arg(long, default_value = "out/serve")]
+    pub run_dir: PathBuf,
+    /// The worker binary (default: `parcae-worker` next to this executable).
+    #[arg(long)]
+    pub worker_bin: Option<PathBuf>,
+    /// Device the local workers compute on: cpu, cuda, or auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Seconds a worker may take to answer one command before it is counted lost.
+    #[arg(long, default_value_t = 30.0)]
+    pub command_timeout: f64,
+    /// Seconds requests still in flight when the replay ends may take to finish.
+    #[arg(long, default_value_t = 10.0)]
+    pub drain_seconds: f64,
+    /// Drive the server with the load generator at this many requests per second for the
+    /// whole replay, and print the latency report.
+    #[arg(long, value_name = "REQ/S")]
+    pub load_rate: Option<f64>,
+    /// Coefficient of variation of the load's Gamma inter-arrival times (1: Poisson).
+    #[arg(long, default_value_t = 1.0)]
+    pub load_cv: f64,
+    /// Prompt tokens per generated request.
+    #[arg(long, default_value_t = 8)]
+    pub load_prompt_tokens: usize,
+    /// Tokens each generated request asks for.
+    #[arg(long, default_value_t = 16)]
+    pub load_max_tokens: usize,
+    /// Seed of the load (arrivals and prompts).
+    #[arg(long, default_value_t = 1)]
+    pub load_seed: u64,
+    /// Write the report (engine counters, latencies, per mode) as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write every generated request's latencies as CSV here (with --compare: one file per
+    /// mode, the mode's name added before the extension).
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    #[command(flatten)]
+    /// Budgets of each policy call.
+    pub sandbox: SandboxArgs,
+}
+
+/// One replay's outcome.
+#[derive(Debug, Serialize)]
+pub struct ServeOutcome {
+    /// Its recovery mode.
+    pub recovery: RecoveryMode,
+    /// What the engine counted.
+    pub engine: EngineStats,
+    /// What the load generator measured, if it ran.
+    pub load: Option<LoadReport>,
+}
+
+/// `parcae-host serve`.
+pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: &ServeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.wall_seconds_per_interval.is_finite() && args.wall_seconds_per_interval > 0.0,
+        "--wall-seconds-per-interval {}: must be a number > 0",
+        args.wall_seconds_per_interval
+    );
+    anyhow::ensure!(args.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
+    if let Some(rate) = args.load_rate {
+        anyhow::ensure!(rate.is_finite() && rate > 0.0, "--load-rate {rate}: must be a number > 0");
+    }
+    let modes = if args.compare.is_empty() { vec![args.recovery] } else { dedup(&args.compare) };
+    let mut outcomes = Vec::new();
+    for mode in modes {
+        let outcome = serve_once(args, mode).await?;
+        print_outcome(&outcome);
+        if let (Some(csv), Some(load)) = (&args.csv, &outcome.load) {
+            let path = if args.compare.is_empty() { csv.clone() } else { with_suffix(csv, mode) };
+            load.write_csv(&path).with_context(|| format!("writing {}", path.display()))?;
+            println!("  per-request latencies: {}", path.display());
+        }
+        outcomes.push(outcome);
+    }
+    if outcomes.len() > 1 {
+        println!("{}", compare_table(&outcomes));
+    }
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&outcomes)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("  report: {}", path.display());
+    }
+    Ok(())
+}
+
+fn dedup(modes: &[RecoveryMode]) -> Vec<RecoveryMode> {
+    let mut out: Vec<RecoveryMode> = Vec::new();
+    for m in modes {
+        if !out.contains(m) {
+            out.push(*m);
+        }
+    }
+    out
+}
+
+fn mode_name(mode: RecoveryMode) -> &'static str {
+    match mode {
+        RecoveryMode::Token => "token",
+        RecoveryMode::Restart => "restart",
+        RecoveryMode::Reroute => "reroute",
+    }
+}
+
+fn with_suffix(path: &Path, mode: RecoveryMode) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    path.with_file_name(format!("{stem}-{}{ext}", mode_name(mode)))
+}
+
+/// The weights the workers serve: the seed's, or a run's newest complete checkpoint.
+async fn weights(args: &ServeArgs) -> anyhow::Result<(WeightSource, Option<Checkpoints>)> {
+    let Some(url) = &args.checkpoint else { return Ok((WeightSource::Fresh, None)) };
+    let url = if Path::new(url).is_dir() {
+        std::path::absolute(url).with_context(|| format!("--checkpoint {url}"))?.display().to_string()
+    } else {
+        url.clone()
+    };
+    let checkpoints = Checkpoints::open(&url, args.checkpoint_endpoint.as_deref())
+        .with_context(|| format!("--checkpoint {url}"))?;
+    let latest = checkpoints
+        .latest()
+        .await
+        .with_context(|| format!("--checkpoint {url}: reading its checkpoints"))?
+        .ok_or_else(|| {
+            anyhow::anyhow!("--checkpoint {url}: no complete checkpoint there (has a run written one?)")
+        })?;
+    println!("serving the checkpoint of step {} ({})", latest.step, checkpoints.location(&latest.prefix));
+    let stages = latest
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, layers)| {
+            (parcae_cluster::job::JobCheckpoint::stage_prefix(&latest.prefix, i), layers.clone())
+        })
+        .collect();
+    Ok((WeightSource::Checkpoint { stages }, Some(checkpoints)))
+}
+
+fn load_script(path: &Path) -> anyhow::Result<Vec<Option<ScriptedConfig>>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let script: Vec<Option<ScriptedConfig>> = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{}:{}:{}: not a serving script (a JSON array of {{\"dp\",\"tp\",\"pp\",\"batch\"}} or null): {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        )
+    })?;
+    anyhow::ensure!(!script.is_empty(), "{}: the script has no intervals", path.display());
+    for (i, c) in script.iter().enumerate() {
+        if let Some(c) = c {
+            anyhow::ensure!(
+                c.dp >= 1 && c.tp >= 1 && c.pp >= 1 && c.batch >= 1,
+                "{}: interval {i}: dp, tp, pp and batch must be at least 1",
+                path.display()
+            );
+        }
+    }
+    Ok(script)
+}
+
+/// One replay of the trace in recovery mode `mode`.
+async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<ServeOutcome> {
+    let spec = ModelSpec::load(args.spec.as_deref())?;
+    let trace = trace_or_demo(args.trace.as_deref(), args.format)?;
+    let trace_interval_ms = args.trace_interval_seconds * 1000;
+    let series = trace.series(trace_interval_ms)?;
+    let intervals = args.intervals.unwrap_or(series.len()).min(series.len());
+    let scale = TimeScale {
+        trace_interval_ms,
+        wall_interval: Duration::from_secs_f64(args.wall_seconds_per_interval),
+    };
+    let end = scale.wall_interval * intervals as u32;
+    let events: Vec<TimedEvent> =
+        timeline(&trace, scale, &args.unannounced).into_iter().filter(|e| e.at < end).collect();
+    let grace = scale.wall_len(Duration::from_secs_f64(args.grace_seconds));
+    let (weights, checkpoints) = weights(args).await?;
+
+    let chooser = match &args.script {
+        Some(path) => Chooser::Script(load_script(path)?),
+        None => {
+            let profile_data = match &args.profile {
+                Some(path) => ServingProfileData::load(path)?,
+                None => ServingProfileData::from_json(WORKER_SERVING_PROFILE.1, WORKER_SERVING_PROFILE.0)?,
+            };
+            let profile = profile_data.serving_profile();
+            let workload = parcae_serving_core::Workload {
+                input_tokens: args.load_prompt_tokens as u32,
+                output_tokens: args.load_max_tokens as u32,
+            };
+            let max_fleet = series.intervals.iter().map(|s| s.instances).max().unwrap_or(1).max(1);
+            let fastest = shapes(&profile, max_fleet * profile.gpus_per_instance, &workload)
+                .iter()
+                .map(|(_, e)| e.latency_ms)
+                .fold(f64::INFINITY, f64::min);
+            let slo_ms = match args.slo_seconds {
+                Some(s) => {
+                    anyhow::ensure!(s.is_finite() && s > 0.0, "--slo-seconds {s}: must be a number > 0");
+                    s * 1000.0
+                }
+                None if fastest.is_finite() => 5.0 * fastest,
+                None => anyhow::bail!(
+                    "the serving profile has no configuration for this fleet: give --slo-seconds"
+                ),
+            };
+            let runtime = args.sandbox.runtime()?;
+            let policy =
+                load_serving(&args.policy, &runtime).with_context(|| format!("loading {}", args.policy))?;
+            Chooser::Policy { policy: Box::new(policy), profile, workload, slo_ms }
+        }
+    };
+
+    let run_dir = args.run_dir.join(mode_name(mode));
+    for sub in ["identities", "logs"] {
+        let dir = run_dir.join(sub);
+        if dir.exists() && sub == "identities" {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut host = HostEndpoint::start(args.listen)?;
+    let launch = host.local_launch(args.worker_bin.as_deref(), &run_dir, &args.device, Vec::new())?;
+    let command_timeout = Duration::from_secs_f64(args.command_timeout);
+    let store = match &checkpoints {
+        Some(c) => c.for_workers(),
+        None => Checkpoints::open(
+            &std::path::absolute(&run_dir).context("locating the run directory")?.display().to_string(),
+            None,
+        )?
+        .for_workers(),
+    };
+    let mut fleet = Fleet::new(Some(launch), command_timeout / 2, store);
+
+    // The HTTP front end, talking to the engine through a bounded job queue.
+    let (jobs_tx, mut jobs) = mpsc::channel(1024);
+    let (status_tx, status) = watch::channel(EngineStatus::Starting);
+    let handle = EngineHandle {
+        jobs: jobs_tx,
+        status: status.clone(),
+        model: ModelCard {
+            id: "parcae-gpt".to_string(),
+            vocab: spec.vocab,
+            context: spec.seq_len,
+            owned_by: "parcae".to_string(),
+        },
+    };
+    let listener = tokio::net::TcpListener::bind(args.http)
+        .await
+        .with_context(|| format!("--http {}: cannot listen", args.http))?;
+    let http_addr = listener.local_addr()?;
+    println!("serving ({}) at http://{http_addr}/v1/completions", mode_name(mode));
+    let (stop_http, stopped) = tokio::sync::oneshot::channel::<()>();
+    let http = tokio::spawn(crate::serving::http::serve_http(listener, handle, async {
+        let _ = stopped.await;
+    }));
+
+    // The cloud plays the trace; the load (if any) starts once the engine serves.
+    let start = Instant::now();
+    let (notes_tx, mut notes) = mpsc::unbounded_channel();
+    let cloud = tokio::spawn(cloud::play(events, start, grace, fleet.shared.clone(), notes_tx));
+    let load = args.load_rate.map(|rate| {
+        let spec = LoadSpec {
+            url: format!("http://{http_addr}"),
+            rate,
+            cv: args.load_cv,
+            requests: usize::MAX,
+            duration: end,
+            prompt_tokens: args.load_prompt_tokens,
+            prompt: None,
+            max_tokens: args.load_max_tokens,
+            temperature: 0.0,
+            vocab: spec.vocab,
+            seed: args.load_seed,
+        };
+        let mut status = status.clone();
+        tokio::spawn(async move {
+            while !matches!(*status.borrow(), EngineStatus::Ready) {
+                if status.changed().await.is_err() {
+                    break;
+                }
+            }
+            run_load(&spec).await
+        })
+    });
+    let settings = EngineSettings {
+        spec: spec.clone(),
+        weights,
+        recovery: mode,
+        scale,
+        intervals,
+        grace,
+        command_timeout,
+        drain: Duration::from_secs_f64(args.drain_seconds.max(0.0)),
+        chooser,
+    };
+    info!(intervals, ?grace, recovery = mode_name(mode), "serving starts");
+    let stats = Engine::new(settings, &mut fleet, status_tx)
+        .run(start, &mut jobs, &mut notes, &mut host.arrivals)
+        .await;
+    let load = match load {
+        Some(task) => Some(task.await.context("the load generator")??),
+        None => None,
+    };
+    let _ = stop_http.send(());
+    let _ = http.await;
+    cloud.abort();
+    fleet.shutdown(Duration::from_secs(5)).await;
+    host.close();
+    Ok(ServeOutcome { recovery: mode, engine: stats, load })
+}
+
+fn print_outcome(outcome: &ServeOutcome) {
+    let e = &outcome.engine;
+    println!(
+        "{}: {} accepted, {} completed, {} failed; {} tokens in {} iterations ({} failed)",
+        mode_name(outcome.recovery),
+        e.accepted,
+        e.completed,
+        e.failed,
+        e.tokens,
+        e.iterations,
+        e.failed_iterations
+    );
+    let causes: Vec<String> = e.reconfigurations.iter().map(|(k, v)| format!("{v} on {k}")).collect();
+    println!(
+        "  reconfigurations: {} ({:.0} ms in all); {} requests migrated ({} KV bytes), {} requeued, {} recomputed, {} tokens regenerated",
+        causes.join(", "),
+        e.reconfigure_ms,
+        e.migrated_requests,
+        e.kv_bytes_moved,
+        e.requeued_requests,
+        e.recomputed_requests,
+        e.regenerated_tokens
+    );
+    if let Some(load) = &outcome.load {
+        println!("{}", load.table());
+    }
+}
+
+/// The modes side by side: latency percentiles and each one's ratio to the first mode's.
+fn compare_table(outcomes: &[ServeOutcome]) -> String {
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
+    table.set_header(vec![
+        "recovery",
+        "completed",
+        "failed",
+        "TTFT P50 s",
+        "E2E P50 s",
+        "E2E P90 s",
+        "E2E P99 s",
+        "P99 / first",
+    ]);
+    let first: Option<&LatencySummary> = outcomes.first().and_then(|o| o.load.as_ref()).map(|l| &l.summary);
+    for o in outcomes {
+        let Some(load) = &o.load else { continue };
+        let s = &load.summary;
+        let ratio = first.map_or("-".to_string(), |f| format!("{:.2}x", s.e2e.p99 / f.e2e.p99));
+        table.add_row(vec![
+            mode_name(o.recovery).to_string(),
+            s.completed.to_string(),
+            s.failed.to_string(),
+            format!("{:.3}", s.ttft.p50),
+            format!("{:.3}", s.e2e.p50),
+            format!("{:.3}", s.e2e.p90),
+            format!("{:.3}", s.e2e.p99),
+            ratio,
+        ]);
+    }
+    table.to_string()
+}

@@ -1,0 +1,14 @@
+//! Local worker processes on a replayed trace, shared by `run` (training) and `serve`
+//! (inference): the fleet of processes and their control links ([`fleet`]), the cloud's
+//! clock that allocates, warns and kills them ([`cloud`]), and the trace mapped onto wall
+//! time ([`timeline`]).
+
+pub mod accept;
+pub mod cloud;
+pub mod fleet;
+pub mod local;
+pub mod timeline;
+
+pub use accept::accept_loop;
+pub use local::HostEndpoint;
+pub use timeline::{FleetEvent, TimeScale, TimedEvent, resume_at, timeline};

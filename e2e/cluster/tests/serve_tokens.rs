@@ -1,0 +1,237 @@
+//! `parcae-host serve` end to end: real worker processes on loopback serve the built-in
+//! GPT over HTTP while a trace replays allocations, a notice and an unannounced kill, and a
+//! script moves the configuration through every kind of reparallelization (dp, tp and pp
+//! changes, tp up to 4). Clients keep requests in flight the whole time, so requests are
+//! interrupted mid-generation by every change. With greedy decoding, every completed
+//! request's tokens must be exactly those of a single-process uninterrupted generation of
+//! its prompt, and every accepted request must complete or get an explicit error.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use parcae_cluster::ModelSpec;
+use parcae_cluster::serving::Sampling;
+use parcae_e2e_cluster::{binaries, scratch};
+use parcae_worker::model::init_layer;
+use parcae_worker::serving::reference_generate;
+
+/// Seconds of wall time per trace interval (60 s of trace).
+const WALL_PER_INTERVAL: f64 = 3.0;
+
+/// Node 2 gets a notice at 4.25 intervals, node 4 is killed without one at 5.25; nodes 5
+/// and 6 arrive as spares so every configuration still fits; node 7's arrival at 8
+/// intervals makes the replay 9 intervals long.
+const TRACE: &str = "t_ms,op,node
+0,add,node1
+0,add,node2
+0,add,node3
+0,add,node4
+210000,add,node5
+255000,remove,node2
+300000,add,node6
+315000,remove,node4
+480000,add,node7
+";
+
+/// One configuration per interval: dp change, tp change, pp change, then the notice and
+/// the kill under dp1 x tp2 x pp2, then dp+pp change and tp = 4.
+const SCRIPT: &str = r#"[
+  {"dp": 1, "tp": 1, "pp": 1, "batch": 4},
+  {"dp": 2, "tp": 1, "pp": 1, "batch": 4},
+  {"dp": 1, "tp": 2, "pp": 1, "batch": 4},
+  {"dp": 1, "tp": 2, "pp": 2, "batch": 4},
+  {"dp": 1, "tp": 2, "pp": 2, "batch": 4},
+  {"dp": 1, "tp": 2, "pp": 2, "batch": 4},
+  {"dp": 2, "tp": 1, "pp": 2, "batch": 4},
+  {"dp": 1, "tp": 4, "pp": 1, "batch": 4}
+]"#;
+
+/// A minimal HTTP/1.1 exchange (the test needs no client library): status and body.
+fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Starts the server and waits for the line that gives its HTTP address.
+fn start_server(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, Arc<Mutex<String>>) {
+    let (host, worker) = binaries();
+    std::fs::write(dir.join("trace.csv"), TRACE).unwrap();
+    std::fs::write(dir.join("script.json"), SCRIPT).unwrap();
+    let mut child = Command::new(&host)
+        .arg("serve")
+        .args(["--worker-bin", worker.to_str().unwrap()])
+        .args(["--trace", dir.join("trace.csv").to_str().unwrap()])
+        .args(["--script", dir.join("script.json").to_str().unwrap()])
+        .args(["--wall-seconds-per-interval", &WALL_PER_INTERVAL.to_string()])
+        .args(["--http", "127.0.0.1:0"])
+        .args(["--run-dir", dir.join("serve").to_str().unwrap()])
+        .args(["--json", dir.join("report.json").to_str().unwrap()])
+        .args(["--drain-seconds", "20"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting parcae-host serve");
+    let stdout = child.stdout.take().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("http://").nth(1) {
+                    let addr = rest.split('/').next().unwrap_or_default().to_string();
+                    let _ = tx.send(addr);
+                }
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+    }
+    let stderr = child.stderr.take().unwrap();
+    {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+    }
+    let addr = rx.recv_timeout(Duration::from_secs(120)).expect("the server printed its address");
+    (child, addr.parse().expect("an address"), log)
+}
+
+#[derive(Debug, Clone)]
+struct Done {
+    prompt: Vec<i64>,
+    max_tokens: usize,
+    tokens: Vec<i64>,
+}
+
+#[test]
+fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
+    let dir = scratch("serve-tokens");
+    let (mut child, addr, log) = start_server(&dir, &["--unannounced", "node4"]);
+    let spec = ModelSpec::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let done: Arc<Mutex<Vec<Done>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let clients: Vec<_> = (0..4)
+        .map(|c| {
+            let (stop, done, errors) = (stop.clone(), done.clone(), errors.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    // Prompts of 3..8 tokens, 18..24 new tokens: long enough to be cut mid-way.
+                    let len = 3 + ((c as u64 * 7 + i * 3) % 6) as usize;
+                    let prompt: Vec<i64> =
+                        (0..len).map(|k| ((c as u64 * 31 + i * 17 + k as u64 * 5) % 64) as i64).collect();
+                    let max_tokens = (18 + (i % 7) as usize).min(32 - len);
+                    let body = serde_json::json!({"prompt": prompt, "max_tokens": max_tokens}).to_string();
+                    match post(addr, "/v1/completions", &body) {
+                        Ok((200, body)) => {
+                            let v: serde_json::Value = serde_json::from_str(&body).expect("JSON body");
+                            let tokens = v["choices"][0]["token_ids"]
+                                .as_array()
+                                .expect("token_ids")
+                                .iter()
+                                .map(|t| t.as_i64().unwrap())
+                                .collect();
+                            done.lock().unwrap().push(Done { prompt, max_tokens, tokens });
+                        }
+                        Ok((503, _)) => std::thread::sleep(Duration::from_millis(200)),
+                        Ok((status, body)) => errors.lock().unwrap().push(format!("{status}: {body}")),
+                        Err(e) if stop.load(Ordering::Relaxed) => {
+                            let _ = e;
+                        }
+                        Err(e) => {
+                            errors.lock().unwrap().push(format!("transport: {e}"));
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // The replay lasts 9 intervals; stop sending a little before its end.
+    let started = Instant::now();
+    let replay = Duration::from_secs_f64(9.0 * WALL_PER_INTERVAL);
+    while started.elapsed() < replay.saturating_sub(Duration::from_secs(2)) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let status = child.wait().expect("the server exits at the end of the replay");
+    let log = log.lock().unwrap().clone();
+    assert!(status.success(), "parcae-host serve failed:\n{log}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    let engine = &report[0]["engine"];
+    println!(
+        "{}",
+        serde_json::to_string_pretty(engine).unwrap().lines().take(40).collect::<Vec<_>>().join("\n")
+    );
+
+    // Every completed request's tokens are the uninterrupted single-process generation's.
+    let params: Vec<_> = (0..spec.num_layers()).map(|l| init_layer(&spec, l)).collect();
+    let done = done.lock().unwrap().clone();
+    assert!(done.len() >= 10, "too few requests completed ({}):\n{log}", done.len());
+    for d in &done {
+        let expected = reference_generate(&spec, &params, &d.prompt, d.max_tokens, Sampling::Greedy).unwrap();
+        assert_eq!(
+            d.tokens, expected,
+            "prompt {:?}: tokens differ from the uninterrupted generation",
+            d.prompt
+        );
+    }
+    let errors = errors.lock().unwrap().clone();
+    assert!(errors.is_empty(), "requests failed: {errors:?}\n{log}");
+
+    // Nothing lost: accepted = completed + failed (explicit errors), and every kind of
+    // change happened with requests in flight.
+    let n = |field: &str| engine[field].as_u64().unwrap_or_else(|| panic!("engine.{field}: {engine}"));
+    assert_eq!(n("accepted"), n("completed") + n("failed"), "{engine}");
+    assert!(n("migrated_requests") > 0, "no request migrated its KV cache: {engine}");
+    assert!(n("recomputed_requests") > 0, "the unannounced kill made no request recompute: {engine}");
+    let causes = &engine["reconfigurations"];
+    assert!(causes["notice"].as_u64().unwrap_or(0) >= 1, "no reconfiguration on the notice: {causes}");
+    assert!(causes["loss"].as_u64().unwrap_or(0) >= 1, "no reconfiguration on the kill: {causes}");
+    let configurations = engine["configurations"].as_array().unwrap();
+    let shapes: Vec<&str> = configurations.iter().map(|c| c["shape"].as_str().unwrap()).collect();
+    for shape in ["dp1xtp1xpp1", "dp2xtp1xpp1", "dp1xtp2xpp1", "dp1xtp2xpp2", "dp2xtp1xpp2", "dp1xtp4xpp1"] {
+        assert!(shapes.contains(&shape), "{shape} never served: {shapes:?}");
+    }
+    // Requests were cut mid-generation and resumed at their next token elsewhere in the
+    // dp, tp and pp changes alike (each change with requests in flight moved some).
+    let moved_into = |shape: &str| {
+        configurations
+            .iter()
+            .filter(|c| c["shape"] == shape && c["cause"] == "interval")
+            .map(|c| c["migrated"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    let changes = ["dp2xtp1xpp1", "dp1xtp2xpp1", "dp1xtp2xpp2", "dp2xtp1xpp2", "dp1xtp4xpp1"];
+    let with_migration = changes.iter().filter(|s| moved_into(s) > 0).count();
+    assert!(with_migration >= 4, "too few changes moved requests in flight: {configurations:?}");
+    println!("{} requests, all identical to the uninterrupted generation", done.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
