@@ -2,11 +2,15 @@
 //! `tests/` (apart from the sandbox tests, which must not need libtorch); this
 //! library holds what they share: building the binaries, the test profile,
 //! running the host, and comparing a run's final checkpoint with an
-//! uninterrupted run over the same samples.
+//! uninterrupted run over the same samples; starting `parcae-host serve` and posting to it.
 
 use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use parcae_cluster::{Layout, ModelSpec, Slot};
 use parcae_store::Store;
@@ -140,4 +144,68 @@ fn max_diff(mut saved: Vec<LayerState>, steps: u64) -> f32 {
     let reference = train_local(&layout, vec![trainer], steps).expect("the uninterrupted run");
     let expected = reference.trainers[0].export_all().expect("exporting the reference");
     saved.iter().zip(&expected).map(|(a, b)| a.max_abs_diff(b)).fold(0.0f32, f32::max)
+}
+
+/// A minimal HTTP/1.1 POST (the tests need no client library): status and body.
+pub fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Starts `parcae-host serve` (HTTP on a free port, its report in `DIR/report.json`, its
+/// workers under `DIR/serve`) with `extra` arguments, and waits for the line that gives
+/// its HTTP address. Returns the process, the address and its output so far (kept up to
+/// date by reader threads).
+pub fn start_serve(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, Arc<Mutex<String>>) {
+    let (host, worker) = binaries();
+    let mut child = Command::new(&host)
+        .arg("serve")
+        .args(["--worker-bin", worker.to_str().unwrap()])
+        .args(["--http", "127.0.0.1:0"])
+        .args(["--run-dir", dir.join("serve").to_str().unwrap()])
+        .args(["--json", dir.join("report.json").to_str().unwrap()])
+        .args(["--drain-seconds", "20"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting parcae-host serve");
+    let stdout = child.stdout.take().unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("http://").nth(1) {
+                    let addr = rest.split('/').next().unwrap_or_default().to_string();
+                    let _ = tx.send(addr);
+                }
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+    }
+    let stderr = child.stderr.take().unwrap();
+    {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+    }
+    let addr = rx.recv_timeout(Duration::from_secs(120)).expect("the server printed its address");
+    (child, addr.parse().expect("an address"), log)
 }

@@ -6,17 +6,13 @@
 //! request's tokens must be exactly those of a single-process uninterrupted generation of
 //! its prompt, and every accepted request must complete or get an explicit error.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use parcae_cluster::ModelSpec;
 use parcae_cluster::serving::Sampling;
-use parcae_e2e_cluster::{binaries, scratch};
+use parcae_e2e_cluster::{post, scratch, start_serve};
 use parcae_worker::model::init_layer;
 use parcae_worker::serving::reference_generate;
 
@@ -51,72 +47,6 @@ const SCRIPT: &str = r#"[
   {"dp": 1, "tp": 4, "pp": 1, "batch": 4}
 ]"#;
 
-/// A minimal HTTP/1.1 exchange (the test needs no client library): status and body.
-fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Ok((status, body))
-}
-
-/// Starts the server and waits for the line that gives its HTTP address.
-fn start_server(dir: &Path, extra: &[&str]) -> (Child, SocketAddr, Arc<Mutex<String>>) {
-    let (host, worker) = binaries();
-    std::fs::write(dir.join("trace.csv"), TRACE).unwrap();
-    std::fs::write(dir.join("script.json"), SCRIPT).unwrap();
-    let mut child = Command::new(&host)
-        .arg("serve")
-        .args(["--worker-bin", worker.to_str().unwrap()])
-        .args(["--trace", dir.join("trace.csv").to_str().unwrap()])
-        .args(["--script", dir.join("script.json").to_str().unwrap()])
-        .args(["--wall-seconds-per-interval", &WALL_PER_INTERVAL.to_string()])
-        .args(["--http", "127.0.0.1:0"])
-        .args(["--run-dir", dir.join("serve").to_str().unwrap()])
-        .args(["--json", dir.join("report.json").to_str().unwrap()])
-        .args(["--drain-seconds", "20"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting parcae-host serve");
-    let stdout = child.stdout.take().unwrap();
-    let log = Arc::new(Mutex::new(String::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    {
-        let log = log.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("http://").nth(1) {
-                    let addr = rest.split('/').next().unwrap_or_default().to_string();
-                    let _ = tx.send(addr);
-                }
-                log.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-    }
-    let stderr = child.stderr.take().unwrap();
-    {
-        let log = log.clone();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                log.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-    }
-    let addr = rx.recv_timeout(Duration::from_secs(120)).expect("the server printed its address");
-    (child, addr.parse().expect("an address"), log)
-}
-
 #[derive(Debug, Clone)]
 struct Done {
     prompt: Vec<i64>,
@@ -127,7 +57,21 @@ struct Done {
 #[test]
 fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
     let dir = scratch("serve-tokens");
-    let (mut child, addr, log) = start_server(&dir, &["--unannounced", "node4"]);
+    std::fs::write(dir.join("trace.csv"), TRACE).unwrap();
+    std::fs::write(dir.join("script.json"), SCRIPT).unwrap();
+    let (mut child, addr, log) = start_serve(
+        &dir,
+        &[
+            "--trace",
+            dir.join("trace.csv").to_str().unwrap(),
+            "--script",
+            dir.join("script.json").to_str().unwrap(),
+            "--wall-seconds-per-interval",
+            &WALL_PER_INTERVAL.to_string(),
+            "--unannounced",
+            "node4",
+        ],
+    );
     let spec = ModelSpec::default();
     let stop = Arc::new(AtomicBool::new(false));
     let done: Arc<Mutex<Vec<Done>>> = Arc::default();
@@ -206,10 +150,11 @@ fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
     let errors = errors.lock().unwrap().clone();
     assert!(errors.is_empty(), "requests failed: {errors:?}\n{log}");
 
-    // Nothing lost: accepted = completed + failed (explicit errors), and every kind of
+    // Nothing lost: accepted = completed + failed (explicit errors) + cancelled (the client
+    // left), and every kind of
     // change happened with requests in flight.
     let n = |field: &str| engine[field].as_u64().unwrap_or_else(|| panic!("engine.{field}: {engine}"));
-    assert_eq!(n("accepted"), n("completed") + n("failed"), "{engine}");
+    assert_eq!(n("accepted"), n("completed") + n("failed") + n("cancelled"), "{engine}");
     assert!(n("migrated_requests") > 0, "no request migrated its KV cache: {engine}");
     assert!(n("recomputed_requests") > 0, "the unannounced kill made no request recompute: {engine}");
     let causes = &engine["reconfigurations"];

@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// (needs --load-rate).
     #[arg(long, value_enum, value_delimiter = ',', value_name = "MODES", requires = "load_rate")]
     pub compare: Vec<RecoveryMode>,
+    /// Replays per mode, the modes taking turns (token, restart, reroute, token, ...), so a
+    /// slow spell of a shared machine does not land on one mode only; the comparison
+    /// table gives each mode's median over them.
+    #[arg(long, default_value_t = 1)]
+    pub repeats: usize,
     /// Serving policy (`.wasm` with world `serving-policy`, or `builtin:NAME`).
     #[arg(long, default_value = "builtin:spotserve")]
     pub policy: String,
@@ -165,20 +170,27 @@ async fn run_async(args: &ServeArgs) -> anyhow::Result<()> {
     if let Some(rate) = args.load_rate {
         anyhow::ensure!(rate.is_finite() && rate > 0.0, "--load-rate {rate}: must be a number > 0");
     }
+    anyhow::ensure!(args.repeats >= 1, "--repeats must be at least 1");
     let modes = if args.compare.is_empty() { vec![args.recovery] } else { dedup(&args.compare) };
     let mut outcomes = Vec::new();
-    for mode in modes {
-        let outcome = serve_once(args, mode).await?;
-        print_outcome(&outcome);
-        if let (Some(csv), Some(load)) = (&args.csv, &outcome.load) {
-            let path = if args.compare.is_empty() { csv.clone() } else { with_suffix(csv, mode) };
-            load.write_csv(&path).with_context(|| format!("writing {}", path.display()))?;
-            println!("  per-request latencies: {}", path.display());
+    for repeat in 0..args.repeats {
+        for &mode in &modes {
+            let outcome = serve_once(args, mode).await?;
+            print_outcome(&outcome);
+            if let (Some(csv), Some(load)) = (&args.csv, &outcome.load) {
+                let path = if args.compare.is_empty() && args.repeats == 1 {
+                    csv.clone()
+                } else {
+                    with_suffix(csv, &format!("{}-{}", mode_name(mode), repeat + 1))
+                };
+                load.write_csv(&path).with_context(|| format!("writing {}", path.display()))?;
+                println!("  per-request latencies: {}", path.display());
+            }
+            outcomes.push(outcome);
         }
-        outcomes.push(outcome);
     }
     if outcomes.len() > 1 {
-        println!("{}", compare_table(&outcomes));
+        println!("{}", compare_table(&modes, &outcomes));
     }
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&outcomes)?)
@@ -206,10 +218,10 @@ fn mode_name(mode: RecoveryMode) -> &'static str {
     }
 }
 
-fn with_suffix(path: &Path, mode: RecoveryMode) -> PathBuf {
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let stem = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
     let ext = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
-    path.with_file_name(format!("{stem}-{}{ext}", mode_name(mode)))
+    path.with_file_name(format!("{stem}-{suffix}{ext}"))
 }
 
 /// The weights the workers serve: the seed's, or a run's newest complete checkpoint.
@@ -384,6 +396,8 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
                     break;
                 }
             }
+            // The load ends with the replay, not a start-up's length later.
+            let spec = LoadSpec { duration: end.saturating_sub(start.elapsed()), ..spec };
             run_load(&spec).await
         })
     });
@@ -417,11 +431,12 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
 fn print_outcome(outcome: &ServeOutcome) {
     let e = &outcome.engine;
     println!(
-        "{}: {} accepted, {} completed, {} failed; {} tokens in {} iterations ({} failed)",
+        "{}: {} accepted, {} completed, {} failed, {} cancelled by their client; {} tokens in {} iterations ({} failed)",
         mode_name(outcome.recovery),
         e.accepted,
         e.completed,
         e.failed,
+        e.cancelled,
         e.tokens,
         e.iterations,
         e.failed_iterations
@@ -442,12 +457,30 @@ fn print_outcome(outcome: &ServeOutcome) {
     }
 }
 
-/// The modes side by side: latency percentiles and each one's ratio to the first mode's.
-fn compare_table(outcomes: &[ServeOutcome]) -> String {
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// The modes side by side: each mode's median latency percentiles over its replays, its
+/// P99's ratio to the first mode's, and the requests reconfigurations caught in flight
+/// (pooled over the replays).
+fn compare_table(modes: &[RecoveryMode], outcomes: &[ServeOutcome]) -> String {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::UTF8_BORDERS_ONLY);
     table.set_header(vec![
         "recovery",
+        "replays",
         "completed",
         "failed",
         "TTFT P50 s",
@@ -455,21 +488,40 @@ fn compare_table(outcomes: &[ServeOutcome]) -> String {
         "E2E P90 s",
         "E2E P99 s",
         "P99 / first",
+        "caught in flight",
+        "their mean E2E s",
+        "their max E2E s",
     ]);
-    let first: Option<&LatencySummary> = outcomes.first().and_then(|o| o.load.as_ref()).map(|l| &l.summary);
-    for o in outcomes {
-        let Some(load) = &o.load else { continue };
-        let s = &load.summary;
-        let ratio = first.map_or("-".to_string(), |f| format!("{:.2}x", s.e2e.p99 / f.e2e.p99));
+    let of = |mode: RecoveryMode| -> Vec<(&LatencySummary, &EngineStats)> {
+        outcomes
+            .iter()
+            .filter(|o| o.recovery == mode)
+            .filter_map(|o| o.load.as_ref().map(|l| (&l.summary, &o.engine)))
+            .collect()
+    };
+    let p99 =
+        |runs: &[(&LatencySummary, &EngineStats)]| median(runs.iter().map(|(s, _)| s.e2e.p99).collect());
+    let first = modes.first().map(|m| p99(&of(*m)));
+    for &mode in modes {
+        let runs = of(mode);
+        if runs.is_empty() {
+            continue;
+        }
+        let med = |f: &dyn Fn(&LatencySummary) -> f64| median(runs.iter().map(|(s, _)| f(s)).collect());
+        let caught: Vec<f64> = runs.iter().flat_map(|(_, e)| e.disrupted_latencies.iter().copied()).collect();
         table.add_row(vec![
-            mode_name(o.recovery).to_string(),
-            s.completed.to_string(),
-            s.failed.to_string(),
-            format!("{:.3}", s.ttft.p50),
-            format!("{:.3}", s.e2e.p50),
-            format!("{:.3}", s.e2e.p90),
-            format!("{:.3}", s.e2e.p99),
-            ratio,
+            mode_name(mode).to_string(),
+            runs.len().to_string(),
+            runs.iter().map(|(s, _)| s.completed).sum::<usize>().to_string(),
+            runs.iter().map(|(s, _)| s.failed).sum::<usize>().to_string(),
+            format!("{:.3}", med(&|s| s.ttft.p50)),
+            format!("{:.3}", med(&|s| s.e2e.p50)),
+            format!("{:.3}", med(&|s| s.e2e.p90)),
+            format!("{:.3}", p99(&runs)),
+            first.map_or("-".to_string(), |f| format!("{:.2}x", p99(&runs) / f)),
+            caught.len().to_string(),
+            mean(&caught).map_or("-".into(), |m| format!("{m:.3}")),
+            caught.iter().copied().reduce(f64::max).map_or("-".into(), |m| format!("{m:.3}")),
         ]);
     }
     table.to_string()

@@ -116,6 +116,8 @@ pub struct EngineStats {
     pub completed: u64,
     /// Jobs answered with an error (counted, never silently dropped).
     pub failed: u64,
+    /// Jobs whose client went away before they finished (their computation stopped).
+    pub cancelled: u64,
     /// Decode iterations run (over all replicas).
     pub iterations: u64,
     /// Iterations that failed (a worker lost or cancelled).
@@ -141,6 +143,9 @@ pub struct EngineStats {
     /// Completed requests' latencies measured at the engine: (time to first token,
     /// end to end) in seconds.
     pub latencies: Vec<(f64, f64)>,
+    /// End-to-end latencies (seconds) of the completed requests a reconfiguration caught in
+    /// flight (migrated, recomputed or restarted at least once): where recovery modes differ.
+    pub disrupted_latencies: Vec<f64>,
 }
 
 /// One configuration the engine moved to.
@@ -180,6 +185,8 @@ struct Request {
     /// Its cache on the workers is stale: drop it before the next iteration.
     stale: bool,
     first_token: Option<Instant>,
+    /// A reconfiguration caught it in flight (its cache moved or was lost).
+    disrupted: bool,
 }
 
 impl Request {
@@ -191,6 +198,7 @@ impl Request {
     /// without a cache) recomputes the cache from the prompt and the tokens it has;
     /// otherwise it starts over.
     fn interrupt(&mut self, keep_tokens: bool, stats: &mut EngineStats) {
+        self.disrupted |= self.cached > 0 || !self.generated.is_empty();
         if keep_tokens {
             stats.recomputed_requests += 1;
         } else {
@@ -403,6 +411,7 @@ impl<'a> Engine<'a> {
             cached: 0,
             stale: false,
             first_token: None,
+            disrupted: false,
         });
     }
 
@@ -588,10 +597,11 @@ impl<'a> Engine<'a> {
                 q.interrupt(mode == RecoveryMode::Token, &mut self.stats);
             }
         }
-        let moved = moves
-            .iter()
-            .filter(|(m, _)| plan.fetches.values().flatten().any(|f| f.piece.request == m.request))
-            .count();
+        let moving: BTreeSet<u64> = plan.fetches.values().flatten().map(|f| f.piece.request).collect();
+        let moved = moves.iter().filter(|(m, _)| moving.contains(&m.request)).count();
+        for q in kept.values_mut().flatten().filter(|q| moving.contains(&q.job.id)) {
+            q.disrupted = true;
+        }
         // The commands: every connected worker learns its place (or that it has none).
         let Some(new) = new else {
             self.drop_all_caches(&alive).await;
@@ -820,6 +830,18 @@ impl<'a> Engine<'a> {
 
     /// Idle replicas take their next batch from the queue.
     fn fill_replicas(&mut self) {
+        // A client that went away no longer waits for its tokens: stop computing them.
+        let before = self.queue.len();
+        self.queue.retain(|q| !q.job.events.is_closed());
+        self.stats.cancelled += (before - self.queue.len()) as u64;
+        for replica in self.replicas.values_mut() {
+            let before = replica.batch.len();
+            let (gone, staying): (Vec<Request>, Vec<Request>) =
+                std::mem::take(&mut replica.batch).into_iter().partition(|q| q.job.events.is_closed());
+            replica.batch = staying;
+            replica.release.extend(gone.iter().filter(|q| q.cached > 0 || q.stale).map(|q| q.job.id));
+            self.stats.cancelled += (before - replica.batch.len()) as u64;
+        }
         for replica in self.replicas.values_mut() {
             if !replica.batch.is_empty() {
                 continue;
@@ -943,7 +965,11 @@ impl<'a> Engine<'a> {
                 replica.release.push(q.job.id);
                 let now = Instant::now();
                 let ttft = q.first_token.unwrap_or(now).duration_since(q.job.accepted).as_secs_f64();
-                self.stats.latencies.push((ttft, now.duration_since(q.job.accepted).as_secs_f64()));
+                let e2e = now.duration_since(q.job.accepted).as_secs_f64();
+                self.stats.latencies.push((ttft, e2e));
+                if q.disrupted {
+                    self.stats.disrupted_latencies.push(e2e);
+                }
                 self.stats.completed += 1;
                 let _ = q.job.events.send(JobEvent::Done { reason });
             }
