@@ -1,6 +1,6 @@
 //! The argument groups several subcommands share, each with the loading it
-//! implies: how to read a trace, the sandbox's budgets, which policies decide,
-//! and which model profile to plan for.
+//! implies: how to read a trace, how to replay one against local workers, the
+//! sandbox's budgets, which policies decide, and which model profile to plan for.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,6 +14,67 @@ use parcae_sim::Prices;
 
 use crate::embedded::{self, DEFAULT_POLICY};
 use crate::policies::PolicySet;
+
+/// How a trace is replayed against local worker processes (`run`, `serve`): which trace,
+/// how fast, how long, and how the cloud warns.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Trace to replay (default: the embedded demo trace).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Force the trace's format instead of detecting it.
+    #[arg(long)]
+    pub format: Option<parcae_traces::Format>,
+    /// Wall-clock seconds each trace interval is replayed in.
+    #[arg(long, default_value_t = 4.0)]
+    pub wall_seconds_per_interval: f64,
+    /// Length of one trace interval (the policy's control interval), seconds of trace time.
+    #[arg(long, default_value_t = 60)]
+    pub trace_interval_seconds: u64,
+    /// Replay only the first N intervals of the trace (with `run --remote`: run N control
+    /// intervals, as many as asked).
+    #[arg(long)]
+    pub intervals: Option<usize>,
+    /// Preemption notice, seconds of trace time (scaled like the trace).
+    #[arg(long, default_value_t = 30.0)]
+    pub grace_seconds: f64,
+    /// Trace nodes whose removal comes without notice (fault drills); repeatable.
+    #[arg(long = "unannounced", value_name = "NODE")]
+    pub unannounced: Vec<String>,
+}
+
+impl ReplayArgs {
+    /// The trace (or the embedded demo) and how its time maps onto wall time.
+    pub fn load(&self) -> anyhow::Result<(parcae_traces::Trace, crate::workers::TimeScale)> {
+        anyhow::ensure!(
+            self.wall_seconds_per_interval.is_finite() && self.wall_seconds_per_interval > 0.0,
+            "--wall-seconds-per-interval {}: must be a number > 0",
+            self.wall_seconds_per_interval
+        );
+        anyhow::ensure!(self.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
+        anyhow::ensure!(
+            self.grace_seconds.is_finite() && self.grace_seconds >= 0.0,
+            "--grace-seconds {}: must be a number >= 0",
+            self.grace_seconds
+        );
+        let trace = embedded::trace_or_demo(self.trace.as_deref(), self.format)?;
+        let scale = crate::workers::TimeScale {
+            trace_interval_ms: self.trace_interval_seconds * 1000,
+            wall_interval: Duration::from_secs_f64(self.wall_seconds_per_interval),
+        };
+        Ok((trace, scale))
+    }
+
+    /// The preemption notice in wall time.
+    pub fn grace(&self, scale: &crate::workers::TimeScale) -> Duration {
+        scale.wall_len(Duration::from_secs_f64(self.grace_seconds))
+    }
+
+    /// The trace's path as given (or the embedded demo's).
+    pub fn trace_path(&self) -> String {
+        self.trace.as_ref().map_or(embedded::DEMO_TRACE.0.to_string(), |p| p.display().to_string())
+    }
+}
 
 /// How to read a trace.
 #[derive(Debug, Args)]

@@ -276,8 +276,9 @@ pub fn generate_sampled(
     })
 }
 
-/// Index drawn from `softmax(row / temperature)` by inverting its CDF at `u` in [0, 1).
-fn sample_row(row: &[f64], temperature: f64, u: f64) -> usize {
+/// Index drawn from `softmax(row / temperature)` by inverting its CDF at `u` in [0, 1) (the
+/// serving shards draw with it too).
+pub(crate) fn sample_row(row: &[f64], temperature: f64, u: f64) -> usize {
     let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let weights: Vec<f64> = row.iter().map(|x| ((x - max) / temperature).exp()).collect();
     let total: f64 = weights.iter().sum();

@@ -35,6 +35,7 @@ use parcae_cluster::ModelSpec;
 use parcae_cluster::serving::{KvPiece, MAX_TP, Sampling, SeqStep};
 use tch::{Device, Kind, Tensor};
 
+use crate::infer::sample_row;
 use crate::model::{LayerKind, layer_kind, param_shapes};
 use crate::rng::{STREAM_SAMPLE, SplitMix64};
 use crate::tensor::TensorData;
@@ -1098,23 +1099,6 @@ fn argmax(row: &[f64]) -> usize {
         }
     }
     best
-}
-
-/// Index drawn from `softmax(row / temperature)` by inverting its CDF at `u` in [0, 1) (the
-/// algorithm of `infer`'s sampler).
-fn sample_row(row: &[f64], temperature: f64, u: f64) -> usize {
-    let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = row.iter().map(|x| ((x - max) / temperature).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    let mut target = u * total;
-    for (i, w) in weights.iter().enumerate() {
-        if target < *w {
-            return i;
-        }
-        target -= w;
-    }
-    // Rounding left `target` past the last weight: the last token with any weight.
-    weights.iter().rposition(|w| *w > 0.0).unwrap_or(0)
 }
 
 fn describe(t: &Tensor) -> String {

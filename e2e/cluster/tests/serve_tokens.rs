@@ -177,6 +177,13 @@ fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
     let changes = ["dp2xtp1xpp1", "dp1xtp2xpp1", "dp1xtp2xpp2", "dp2xtp1xpp2", "dp1xtp4xpp1"];
     let with_migration = changes.iter().filter(|s| moved_into(s) > 0).count();
     assert!(with_migration >= 4, "too few changes moved requests in flight: {configurations:?}");
+    // The notice and the kill caught requests in flight too.
+    let caught: u64 = configurations
+        .iter()
+        .filter(|c| c["cause"] == "notice" || c["cause"] == "loss")
+        .map(|c| ["migrated", "kept", "interrupted"].iter().map(|f| c[*f].as_u64().unwrap()).sum::<u64>())
+        .sum();
+    assert!(caught > 0, "the notice and the kill found no request in flight: {configurations:?}");
     println!("{} requests, all identical to the uninterrupted generation", done.len());
     let _ = std::fs::remove_dir_all(&dir);
 }

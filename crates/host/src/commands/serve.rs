@@ -22,41 +22,23 @@ use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tracing::info;
 
-use crate::args::SandboxArgs;
+use crate::args::{ReplayArgs, SandboxArgs};
 use crate::checkpoints::Checkpoints;
-use crate::embedded::{WORKER_SERVING_PROFILE, trace_or_demo};
+use crate::embedded::WORKER_SERVING_PROFILE;
 use crate::policies::load_serving;
 use crate::serving::api::{EngineHandle, EngineStatus, ModelCard};
 use crate::serving::engine::{Chooser, Engine, EngineSettings, EngineStats, RecoveryMode, ScriptedConfig};
 use crate::serving::loadgen::{LatencySummary, LoadReport, LoadSpec, run_load};
 use crate::workers::cloud;
 use crate::workers::fleet::Fleet;
-use crate::workers::{HostEndpoint, TimeScale, TimedEvent, timeline};
+use crate::workers::{HostEndpoint, TimedEvent, timeline};
 
 /// Options of `parcae-host serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Trace to replay (default: the embedded demo trace).
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// Force the trace's format instead of detecting it.
-    #[arg(long)]
-    pub format: Option<parcae_traces::Format>,
-    /// Wall-clock seconds each trace interval is replayed in.
-    #[arg(long, default_value_t = 4.0)]
-    pub wall_seconds_per_interval: f64,
-    /// Length of one trace interval (the policy's control interval), seconds of trace time.
-    #[arg(long, default_value_t = 60)]
-    pub trace_interval_seconds: u64,
-    /// Replay only the first N intervals of the trace.
-    #[arg(long)]
-    pub intervals: Option<usize>,
-    /// Preemption notice, seconds of trace time (scaled like the trace).
-    #[arg(long, default_value_t = 30.0)]
-    pub grace_seconds: f64,
-    /// Trace nodes whose removal comes without notice; repeatable.
-    #[arg(long = "unannounced", value_name = "NODE")]
-    pub unannounced: Vec<String>,
+    #[command(flatten)]
+    /// Which trace, how fast, how long, and how the cloud warns.
+    pub replay: ReplayArgs,
     /// What reconfigurations do to requests in flight.
     #[arg(long, value_enum, default_value_t = RecoveryMode::Token)]
     pub recovery: RecoveryMode,
@@ -161,12 +143,6 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: &ServeArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.wall_seconds_per_interval.is_finite() && args.wall_seconds_per_interval > 0.0,
-        "--wall-seconds-per-interval {}: must be a number > 0",
-        args.wall_seconds_per_interval
-    );
-    anyhow::ensure!(args.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
     if let Some(rate) = args.load_rate {
         anyhow::ensure!(rate.is_finite() && rate > 0.0, "--load-rate {rate}: must be a number > 0");
     }
@@ -279,18 +255,13 @@ fn load_script(path: &Path) -> anyhow::Result<Vec<Option<ScriptedConfig>>> {
 /// One replay of the trace in recovery mode `mode`.
 async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<ServeOutcome> {
     let spec = ModelSpec::load(args.spec.as_deref())?;
-    let trace = trace_or_demo(args.trace.as_deref(), args.format)?;
-    let trace_interval_ms = args.trace_interval_seconds * 1000;
-    let series = trace.series(trace_interval_ms)?;
-    let intervals = args.intervals.unwrap_or(series.len()).min(series.len());
-    let scale = TimeScale {
-        trace_interval_ms,
-        wall_interval: Duration::from_secs_f64(args.wall_seconds_per_interval),
-    };
+    let (trace, scale) = args.replay.load()?;
+    let series = trace.series(scale.trace_interval_ms)?;
+    let intervals = args.replay.intervals.unwrap_or(series.len()).min(series.len());
     let end = scale.wall_interval * intervals as u32;
     let events: Vec<TimedEvent> =
-        timeline(&trace, scale, &args.unannounced).into_iter().filter(|e| e.at < end).collect();
-    let grace = scale.wall_len(Duration::from_secs_f64(args.grace_seconds));
+        timeline(&trace, scale, &args.replay.unannounced).into_iter().filter(|e| e.at < end).collect();
+    let grace = args.replay.grace(&scale);
     let (weights, checkpoints) = weights(args).await?;
 
     let chooser = match &args.script {

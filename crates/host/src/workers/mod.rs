@@ -1,7 +1,7 @@
 //! Local worker processes on a replayed trace, shared by `run` (training) and `serve`
 //! (inference): the fleet of processes and their control links ([`fleet`]), the cloud's
 //! clock that allocates, warns and kills them ([`cloud`]), and the trace mapped onto wall
-//! time ([`timeline`]).
+//! time ([`mod@timeline`]).
 
 pub mod accept;
 pub mod cloud;

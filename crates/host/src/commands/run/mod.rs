@@ -28,9 +28,8 @@ pub use crate::workers::timeline::{FleetEvent, TimeScale, TimedEvent, resume_at,
 pub use fidelity::{Comparison, Fidelity};
 pub use report::{CheckpointReason, RunEvent, Summary, Timed};
 
-use crate::args::{PolicyArgs, ProfileArgs, SandboxArgs};
+use crate::args::{PolicyArgs, ProfileArgs, ReplayArgs, SandboxArgs};
 use crate::checkpoints;
-use crate::embedded::{DEMO_TRACE, trace_or_demo};
 use crate::workers::cloud;
 use crate::workers::fleet::{Arrival, Fleet};
 use orchestrator::RunSettings;
@@ -39,28 +38,8 @@ use report::{RunContext, RunLog};
 /// Options of `parcae-host run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Trace to replay (default: the embedded demo trace).
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// Force the trace's format instead of detecting it.
-    #[arg(long)]
-    pub format: Option<parcae_traces::Format>,
-    /// Wall-clock seconds each trace interval is replayed in.
-    #[arg(long, default_value_t = 4.0)]
-    pub wall_seconds_per_interval: f64,
-    /// Length of one trace interval (the policy's control interval), seconds of trace time.
-    #[arg(long, default_value_t = 60)]
-    pub trace_interval_seconds: u64,
-    /// Replay only the first N intervals of the trace (with --remote: run N control
-    /// intervals, as many as asked).
-    #[arg(long)]
-    pub intervals: Option<usize>,
-    /// Preemption notice, seconds of trace time (scaled like the trace).
-    #[arg(long, default_value_t = 30.0)]
-    pub grace_seconds: f64,
-    /// Trace nodes whose removal comes without notice (fault drills); repeatable.
-    #[arg(long = "unannounced", value_name = "NODE")]
-    pub unannounced: Vec<String>,
+    #[command(flatten)]
+    pub replay: ReplayArgs,
     #[command(flatten)]
     pub policies: PolicyArgs,
     #[command(flatten)]
@@ -214,8 +193,6 @@ async fn resume(given: &RunArgs, target: &str) -> anyhow::Result<()> {
 }
 
 async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyhow::Result<()> {
-    anyhow::ensure!(args.wall_seconds_per_interval > 0.0, "--wall-seconds-per-interval must be positive");
-    anyhow::ensure!(args.trace_interval_seconds > 0, "--trace-interval-seconds must be at least 1");
     anyhow::ensure!(args.checkpoint_every != Some(0), "--checkpoint-every must be at least 1");
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     let spec = ModelSpec::load(args.spec.as_deref())?;
@@ -233,21 +210,17 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
             format!("profile '{}' lists {} which the worker's model cannot run", profile.model, c.config)
         })?;
     }
-    let trace = trace_or_demo(args.trace.as_deref(), args.format)?;
-    let trace_interval_ms = args.trace_interval_seconds * 1000;
+    let (trace, scale) = args.replay.load()?;
+    let trace_interval_ms = scale.trace_interval_ms;
     let series = trace.series(trace_interval_ms)?;
     // A replayed fleet ends with its trace; a remote one (a real cloud) runs as long as asked.
-    let intervals = match args.intervals {
+    let intervals = match args.replay.intervals {
         Some(n) if args.remote => n,
         n => n.unwrap_or(series.len()).min(series.len()),
     };
-    let scale = TimeScale {
-        trace_interval_ms,
-        wall_interval: Duration::from_secs_f64(args.wall_seconds_per_interval),
-    };
     let end = scale.wall_interval * intervals as u32;
     let events: Vec<TimedEvent> =
-        timeline(&trace, scale, &args.unannounced).into_iter().filter(|e| e.at < end).collect();
+        timeline(&trace, scale, &args.replay.unannounced).into_iter().filter(|e| e.at < end).collect();
     // A resumed run's clock goes on from the dead host's last durable write.
     let clock_offset =
         resumed.as_ref().map_or(Duration::ZERO, |j| Duration::from_millis(j.progress.clock_ms));
@@ -344,7 +317,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
             .unwrap_or(0)
             .max(if args.remote { args.remote_workers as u32 } else { 1 })
             .max(1),
-        grace: scale.wall_len(Duration::from_secs_f64(args.grace_seconds)),
+        grace: args.replay.grace(&scale),
         checkpoint_every: args.checkpoint_every,
         checkpoints: checkpoints.clone(),
         clock_offset,
@@ -365,7 +338,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
     } else {
         events
     };
-    let trace_path = args.trace.as_ref().map_or(DEMO_TRACE.0.to_string(), |p| p.display().to_string());
+    let trace_path = args.replay.trace_path();
     let mut log = RunLog::new().with_context(RunContext {
         trace: trace.name(),
         trace_path: trace_path.clone(),
@@ -374,7 +347,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
         interval_ms: trace_interval_ms,
         horizon: args.horizon,
         intervals,
-        time_scale: trace_interval_ms as f64 / 1000.0 / args.wall_seconds_per_interval,
+        time_scale: trace_interval_ms as f64 / 1000.0 / args.replay.wall_seconds_per_interval,
         global_batch: spec.global_batch as u64,
         prices,
     });
@@ -431,9 +404,9 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
     let settings_json = serde_json::json!({
         "trace": trace_path,
         "intervals": intervals,
-        "wall_seconds_per_interval": args.wall_seconds_per_interval,
-        "trace_interval_seconds": args.trace_interval_seconds,
-        "grace_seconds": args.grace_seconds,
+        "wall_seconds_per_interval": args.replay.wall_seconds_per_interval,
+        "trace_interval_seconds": args.replay.trace_interval_seconds,
+        "grace_seconds": args.replay.grace_seconds,
         "model": profile.model,
         "spec": spec,
         "policy": args.policies.policy_spec(),
