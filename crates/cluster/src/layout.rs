@@ -158,6 +158,12 @@ impl ModelSpec {
         Ok(())
     }
 
+    /// The transformer blocks' layer indices (the layers with a KV cache; layer 0 is the
+    /// embedding, the last the head).
+    pub fn block_layers(&self) -> Range<usize> {
+        1..self.n_blocks + 1
+    }
+
     /// Layers in the model: embedding, blocks, head.
     pub fn num_layers(&self) -> usize {
         self.n_blocks + 2

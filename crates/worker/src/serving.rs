@@ -196,8 +196,7 @@ impl ShardSpec {
     /// The global attention heads this rank holds: `rank*H/tp..(rank+1)*H/tp`, the same rule
     /// as `ServeShape::heads`.
     pub fn heads(&self, spec: &ModelSpec) -> Range<usize> {
-        let per = spec.n_heads / self.tp.max(1);
-        self.rank * per..(self.rank + 1) * per
+        parcae_cluster::serving::ServeShape { dp: 1, tp: self.tp, pp: 1 }.heads(spec, self.rank)
     }
 }
 
@@ -933,9 +932,9 @@ pub fn reference_generate(
 
 /// The block layers (those with a KV cache) among `layers`.
 fn block_layers(spec: &ModelSpec, layers: &Range<usize>) -> Range<usize> {
-    let start = layers.start.max(1);
-    let end = layers.end.min(spec.n_blocks + 1);
-    start..end.max(start)
+    let blocks = spec.block_layers();
+    let start = layers.start.max(blocks.start);
+    start..layers.end.min(blocks.end).max(start)
 }
 
 fn check_params(spec: &ModelSpec, layer: usize, params: &[TensorData]) -> Result<(), ServeError> {

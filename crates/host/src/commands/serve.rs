@@ -299,13 +299,7 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
     };
 
     let run_dir = args.run_dir.join(mode_name(mode));
-    for sub in ["identities", "logs"] {
-        let dir = run_dir.join(sub);
-        if dir.exists() && sub == "identities" {
-            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    crate::workers::prepare_run_dir(&run_dir)?;
     let mut host = HostEndpoint::start(args.listen)?;
     let launch = host.local_launch(args.worker_bin.as_deref(), &run_dir, &args.device, Vec::new())?;
     let command_timeout = Duration::from_secs_f64(args.command_timeout);

@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+
+use anyhow::Context;
 use std::sync::Arc;
 
 use parcae_net::{ClusterCa, JoinAuthority, JoinToken, NetEndpoint, ServerMode, TransportOptions};
@@ -74,4 +76,17 @@ impl HostEndpoint {
         self.accept.abort();
         self.endpoint.close();
     }
+}
+
+/// Readies `dir` for local workers: fresh `identities/` (a previous run's certificates
+/// belong to another CA) and `logs/` (kept: a previous run's logs stay readable).
+pub fn prepare_run_dir(dir: &Path) -> anyhow::Result<()> {
+    let identities = dir.join("identities");
+    if identities.exists() {
+        std::fs::remove_dir_all(&identities).with_context(|| format!("clearing {}", identities.display()))?;
+    }
+    for sub in [identities, dir.join("logs")] {
+        std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
+    }
+    Ok(())
 }

@@ -10,5 +10,5 @@ pub mod local;
 pub mod timeline;
 
 pub use accept::accept_loop;
-pub use local::HostEndpoint;
+pub use local::{HostEndpoint, prepare_run_dir};
 pub use timeline::{FleetEvent, TimeScale, TimedEvent, resume_at, timeline};

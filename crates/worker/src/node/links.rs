@@ -93,50 +93,69 @@ pub struct QuicAllReduce {
     pub timeout: Duration,
 }
 
+/// The workers of one exchange, in member order, and which of them this worker is.
+pub struct Group<'a> {
+    pub members: &'a [Neighbour],
+    pub me: usize,
+}
+
+/// Sends `mine` to every other member of `group` and gathers every member's payload in member order, this worker's own in its place.
+/// `index(m)` is member m's stream index within `generation`, the key its payload arrives
+/// under. What the training all-reduce and serving's tensor-parallel sum both do before
+/// adding up.
+pub fn exchange_with_all(
+    rt: &Handle,
+    net: &PeerNet,
+    generation: u64,
+    group: Group<'_>,
+    index: impl Fn(usize) -> usize,
+    timeout: Duration,
+    mine: Vec<u8>,
+) -> Result<Vec<Vec<u8>>, String> {
+    let Group { members, me } = group;
+    let sends = members.iter().enumerate().filter(|(m, _)| *m != me).map(|(_, peer)| {
+        net.send_payload(peer.addr, &peer.name, StreamKind::Collective, tag(generation, index(me)), &mine)
+    });
+    for result in rt.block_on(futures_util::future::join_all(sends)) {
+        result.map_err(|e| format!("sending to a member: {e}"))?;
+    }
+    let mut parts = Vec::with_capacity(members.len());
+    for m in 0..members.len() {
+        if m == me {
+            parts.push(mine.clone());
+            continue;
+        }
+        let key = Key::Reduce { attempt: generation, replica: index(m) as u32 };
+        let bytes = net.mailbox.take(key, timeout).map_err(|e| format!("waiting for member {m}: {e}"))?;
+        if bytes.len() != mine.len() {
+            return Err(format!("member {m} sent {} bytes, expected {}", bytes.len(), mine.len()));
+        }
+        parts.push(bytes);
+    }
+    Ok(parts)
+}
+
 impl Collective for QuicAllReduce {
     fn all_reduce_sum(&mut self, _step: u64, buffer: &mut [f32]) -> Result<(), WorkerError> {
         if self.replicas.len() <= 1 {
             return Ok(());
         }
         let mine: Vec<u8> = buffer.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let sends =
-            self.replicas.iter().enumerate().filter(|(r, _)| *r != self.my_replica).map(|(_, peer)| {
-                self.net.send_payload(
-                    peer.addr,
-                    &peer.name,
-                    StreamKind::Collective,
-                    tag(self.attempt, self.my_replica),
-                    &mine,
-                )
-            });
-        for result in self.rt.block_on(futures_util::future::join_all(sends)) {
-            result.map_err(|e| net_error("sending gradients to a replica", e))?;
-        }
-        let mut parts: Vec<Vec<f32>> = Vec::with_capacity(self.replicas.len());
-        for r in 0..self.replicas.len() {
-            if r == self.my_replica {
-                parts.push(buffer.to_vec());
-                continue;
-            }
-            let key = Key::Reduce { attempt: self.attempt, replica: r as u32 };
-            let bytes = self
-                .net
-                .mailbox
-                .take(key, self.timeout)
-                .map_err(|e| net_error("waiting for a replica", e))?;
-            if bytes.len() != buffer.len() * 4 {
-                return Err(WorkerError::Comm(format!(
-                    "replica {r} sent {} bytes of gradients, expected {}",
-                    bytes.len(),
-                    buffer.len() * 4
-                )));
-            }
-            parts.push(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
-        }
+        let parts = exchange_with_all(
+            &self.rt,
+            &self.net,
+            self.attempt,
+            Group { members: &self.replicas, me: self.my_replica },
+            |r| r,
+            self.timeout,
+            mine,
+        )
+        .map_err(|e| net_error("gradient all-reduce", e))?;
+        // Summed in replica order on every replica: bit-identical results.
         for (i, out) in buffer.iter_mut().enumerate() {
             let mut sum = 0.0f32;
             for part in &parts {
-                sum += part[i];
+                sum += f32::from_le_bytes(part[4 * i..4 * i + 4].try_into().expect("4 bytes"));
             }
             *out = sum;
         }

@@ -33,6 +33,7 @@ use parcae_worker::{TensorData, WorkerError, load_checkpoint_from, model};
 use tokio::runtime::Handle;
 use tracing::info;
 
+use super::links::{Group, Neighbour, exchange_with_all};
 use super::mailbox::Key;
 use super::peers::{PeerNet, tag};
 
@@ -295,46 +296,27 @@ impl TpReduce for QuicTpReduce<'_, '_> {
         if self.ranks.len() <= 1 {
             return Ok(());
         }
-        let fail = |reason: String| ServeError::Reduce { round, reason };
-        let index = |rank: usize| round as usize * MAX_TP + rank;
+        let members: Vec<Neighbour> =
+            self.ranks.iter().map(|p| Neighbour { addr: p.addr, name: p.name.clone() }).collect();
         let mine: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let net = self.cx.net;
-        let sends = self.ranks.iter().filter(|p| p.slot.rank != self.rank).map(|peer| {
-            net.send_payload(
-                peer.addr,
-                &peer.name,
-                StreamKind::Collective,
-                tag(self.iteration, index(self.rank)),
-                &mine,
-            )
-        });
-        for result in self.cx.rt.block_on(futures_util::future::join_all(sends)) {
-            result.map_err(|e| fail(format!("sending round {round} to a tensor-parallel rank: {e}")))?;
-        }
-        let mut sum = vec![0f64; values.len()];
-        for r in 0..self.ranks.len() {
-            let part: Vec<f64> = if r == self.rank {
-                values.to_vec()
-            } else {
-                let key = Key::Reduce { attempt: self.iteration, replica: index(r) as u32 };
-                let bytes = net
-                    .mailbox
-                    .take(key, self.cx.timeout)
-                    .map_err(|e| fail(format!("round {round} from rank {r}: {e}")))?;
-                if bytes.len() != values.len() * 8 {
-                    return Err(fail(format!(
-                        "rank {r} sent {} bytes in round {round}, expected {}",
-                        bytes.len(),
-                        values.len() * 8
-                    )));
-                }
-                bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
-            };
-            for (s, v) in sum.iter_mut().zip(part) {
-                *s += v;
+        let parts = exchange_with_all(
+            self.cx.rt,
+            self.cx.net,
+            self.iteration,
+            Group { members: &members, me: self.rank },
+            |rank| round as usize * MAX_TP + rank,
+            self.cx.timeout,
+            mine,
+        )
+        .map_err(|reason| ServeError::Reduce { round, reason })?;
+        // Summed in rank order on every rank: bit-identical results.
+        for (i, out) in values.iter_mut().enumerate() {
+            let mut sum = 0.0f64;
+            for part in &parts {
+                sum += f64::from_le_bytes(part[8 * i..8 * i + 8].try_into().expect("8 bytes"));
             }
+            *out = sum;
         }
-        values.copy_from_slice(&sum);
         Ok(())
     }
 }

@@ -228,13 +228,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
 
     // Fresh run directory (a previous run's checkpoints are not resumed).
     let run_dir = &args.run_dir;
-    for sub in ["identities", "logs"] {
-        let dir = run_dir.join(sub);
-        if dir.exists() && sub != "logs" {
-            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    crate::workers::prepare_run_dir(run_dir)?;
     let checkpoint_url = match &args.checkpoint_url {
         Some(url) => url.clone(),
         None => std::path::absolute(run_dir)

@@ -233,8 +233,6 @@ pub struct Engine<'a> {
     iteration: u64,
     /// When each worker under notice is killed.
     deadlines: BTreeMap<WorkerId, Instant>,
-    /// Trace nodes by worker, for notices and kills.
-    nodes: BTreeMap<String, WorkerId>,
     /// Expected duration of a migration (the last one's, with a margin).
     migration_estimate: Duration,
     /// Workers available at the last decision (a paused engine retries when it changes).
@@ -263,7 +261,6 @@ impl<'a> Engine<'a> {
             epoch: 0,
             iteration: 0,
             deadlines: BTreeMap::new(),
-            nodes: BTreeMap::new(),
             migration_estimate: MIN_MIGRATION * 2,
             last_available: 0,
             arrivals_per_interval: Vec::new(),
@@ -435,12 +432,11 @@ impl<'a> Engine<'a> {
     /// Acts on what the cloud did; true when a worker was lost.
     async fn on_cloud(&mut self, note: CloudNote) -> bool {
         match note {
-            CloudNote::Allocate { node } => match self.fleet.allocate(&node).await {
-                Ok(id) => {
-                    self.nodes.insert(node, id);
+            CloudNote::Allocate { node } => {
+                if let Err(e) = self.fleet.allocate(&node).await {
+                    warn!(%node, %e, "could not start a worker");
                 }
-                Err(e) => warn!(%node, %e, "could not start a worker"),
-            },
+            }
             CloudNote::Notice { node } => {
                 if let Some(id) = self.fleet.live_worker_for(&node) {
                     let grace = self.settings.grace;
@@ -547,10 +543,8 @@ impl<'a> Engine<'a> {
             .collect();
         let new = if dp == 0 {
             None
-        } else if mode == RecoveryMode::Reroute {
-            Some(reroute_placement(old.as_ref(), &available, ServeShape { dp, ..wanted }))
         } else {
-            placement::assign(&spec, old.as_ref(), &cached, &available, ServeShape { dp, ..wanted })
+            self.place(old.as_ref(), &cached, &available, ServeShape { dp, ..wanted })
         };
         // What happens to each replica's batch.
         let mut batches: BTreeMap<usize, Vec<Request>> =
@@ -632,11 +626,7 @@ impl<'a> Engine<'a> {
             }
             let alive: BTreeSet<WorkerId> = self.fleet.connected().into_iter().collect();
             let available = self.fleet.available();
-            let retry = if mode == RecoveryMode::Reroute {
-                Some(reroute_placement(Some(&new), &available, new.shape))
-            } else {
-                placement::assign(&spec, Some(&new), &BTreeMap::new(), &available, new.shape)
-            };
+            let retry = self.place(Some(&new), &BTreeMap::new(), &available, new.shape);
             match retry {
                 Some(retry)
                     if self.configure_workers(&retry, &placement::KvPlan::default(), &alive).await =>
@@ -679,6 +669,21 @@ impl<'a> Engine<'a> {
             ..ConfigurationRecord::default()
         });
         self.migration_estimate = (started.elapsed() * 3 / 2).max(MIN_MIGRATION);
+    }
+
+    /// Where `shape`'s slots go: reroute keeps intact replicas where they are; the other
+    /// modes match by Kuhn-Munkres (None: too few workers).
+    fn place(
+        &self,
+        old: Option<&Placement>,
+        cached: &BTreeMap<usize, u64>,
+        available: &[WorkerId],
+        shape: ServeShape,
+    ) -> Option<Placement> {
+        match self.settings.recovery {
+            RecoveryMode::Reroute => Some(reroute_placement(old, available, shape)),
+            _ => placement::assign(&self.settings.spec, old, cached, available, shape),
+        }
     }
 
     fn note_configuration(&mut self, shape: Option<ServeShape>, batch: usize, cause: &str, started: Instant) {

@@ -60,12 +60,6 @@ pub fn rect(spec: &ModelSpec, shape: ServeShape, slot: ServeSlot) -> Rect {
     Rect { layers, heads: shape.heads(spec, slot.rank) }
 }
 
-/// The layers that carry a KV cache: the transformer blocks (layer 0 is the embedding, the
-/// last the head).
-pub fn block_layers(spec: &ModelSpec) -> Range<usize> {
-    1..spec.n_blocks + 1
-}
-
 fn intersect(a: &Range<usize>, b: &Range<usize>) -> Range<usize> {
     a.start.max(b.start)..a.end.min(b.end).max(a.start.max(b.start))
 }
@@ -78,7 +72,7 @@ fn weight_overlap(spec: &ModelSpec, a: &Rect, b: &Rect) -> u64 {
     layers
         .map(|l| {
             let bytes = 4 * spec.layer_params(l);
-            if block_layers(spec).contains(&l) { bytes * heads / spec.n_heads as u64 } else { bytes }
+            if spec.block_layers().contains(&l) { bytes * heads / spec.n_heads as u64 } else { bytes }
         })
         .sum()
 }
@@ -90,7 +84,7 @@ pub fn kv_bytes_per_position_head(spec: &ModelSpec) -> u64 {
 
 /// KV bytes two rectangles share for `positions` cached positions.
 fn kv_overlap(spec: &ModelSpec, a: &Rect, b: &Rect, positions: u64) -> u64 {
-    let blocks = intersect(&intersect(&a.layers, &b.layers), &block_layers(spec)).len() as u64;
+    let blocks = intersect(&intersect(&a.layers, &b.layers), &spec.block_layers()).len() as u64;
     let heads = intersect(&a.heads, &b.heads).len() as u64;
     blocks * heads * positions * kv_bytes_per_position_head(spec)
 }
@@ -240,7 +234,7 @@ pub fn plan_kv_moves(
             // A stage without blocks (only the embedding or the head) caches no keys or
             // values but must still learn how many positions the request has: it gets one
             // piece with no block in it (just the header).
-            let blockless = intersect(&target.layers, &block_layers(spec)).is_empty();
+            let blockless = intersect(&target.layers, &spec.block_layers()).is_empty();
             let mut header_sent = false;
             for (o, held) in &holders {
                 let shared = intersect(&held.layers, &target.layers);
@@ -252,7 +246,7 @@ pub fn plan_kv_moves(
                     header_sent = true;
                     shared
                 } else {
-                    let layers = intersect(&shared, &block_layers(spec));
+                    let layers = intersect(&shared, &spec.block_layers());
                     if layers.is_empty() || heads.is_empty() {
                         continue;
                     }
@@ -263,7 +257,7 @@ pub fn plan_kv_moves(
                 let this = *index;
                 *index += 1;
                 if o != h {
-                    let blocks = intersect(&layers, &block_layers(spec)).len() as u64;
+                    let blocks = intersect(&layers, &spec.block_layers()).len() as u64;
                     plan.bytes_moved +=
                         blocks * heads.len() as u64 * positions * kv_bytes_per_position_head(spec);
                     plan.sends.entry(*o).or_default().push((piece.clone(), *h, this));
@@ -319,7 +313,7 @@ mod tests {
             assert!(lost.is_empty());
             for (w, slot) in &new.slots {
                 let target = rect(&spec, to, *slot);
-                let blocks = intersect(&target.layers, &block_layers(&spec));
+                let blocks = intersect(&target.layers, &spec.block_layers());
                 let mut covered = 0usize;
                 let fetched = plan.fetches.get(w).cloned().unwrap_or_default();
                 let kept = plan.keep.get(w).is_some_and(|k| k.contains(&9));
