@@ -44,6 +44,11 @@ if [ -x "$TOOL/node_modules/.bin/componentize-js" ] && [ "$(cat "$STAMP" 2>/dev/
 fi
 
 echo "setup-js: installing componentize-js into $TOOL/node_modules"
+# `npm install` rewrites the lock when the registry has since published native binaries of
+# other platforms; the committed lock (which `policy new --lang js` copies and a test pins)
+# must stay as it is, so it is put back whatever npm wrote.
+cp "$TOOL/package-lock.json" "$TOOL/.package-lock.json.committed"
+trap 'mv -f "$TOOL/.package-lock.json.committed" "$TOOL/package-lock.json"' EXIT
 (cd "$TOOL" && npm install --no-audit --no-fund --prefer-offline --loglevel=error)
 echo "$want" >"$STAMP"
 echo "setup-js: done"

@@ -9,8 +9,8 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::{
-    bench, bench_fidelity, bench_migration, bench_mixed, bench_serve, loadgen, policy, profile, provision,
-    replay, run as train, serve, trace,
+    bench, bench_fidelity, bench_migration, bench_mixed, bench_serve, loadgen, policy, profile,
+    profile_serving, provision, replay, run as train, serve, trace,
 };
 
 /// Parcae: train on spot instances, reconfiguring before preemptions hit.
@@ -67,6 +67,10 @@ pub enum Command {
     /// traces with a queueing model: P50/P90/P99 latency, SLO attainment, cost, against
     /// restart-style reparallelization, rerouting only and an on-demand fleet.
     BenchServe(bench_serve::ServeBenchArgs),
+    /// Measure the serving deployment `serve` runs (the engine on local worker processes:
+    /// batch sizes, pipeline depths, replicas contending for the cores) and write the
+    /// serving profile `serve` and `bench-serve` load.
+    ProfileServing(profile_serving::ProfileServingArgs),
     /// Drive an OpenAI-compatible completions server with Gamma-distributed streamed
     /// requests and report time to first token, end-to-end latency and rejections.
     Loadgen(loadgen::LoadgenArgs),
@@ -135,6 +139,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::BenchFidelity(args) => bench_fidelity::run(&args),
         Command::BenchMixed(args) => bench_mixed::run(&args),
         Command::BenchServe(args) => bench_serve::run(&args),
+        Command::ProfileServing(args) => profile_serving::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Loadgen(args) => loadgen::run(&args),
         Command::Run(args) => train::run(&args),

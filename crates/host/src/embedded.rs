@@ -125,12 +125,13 @@ pub const SERVING_PROFILE: (&str, &str) = (
     include_str!("../../../data/profiles/serving-gpt-20b-g4dn12xl-spotserve.json"),
 );
 
-/// The built-in GPT served by `parcae-worker` processes on one CPU core, measured here by
-/// `parcae-worker profile-serving` (`data/profiles/PROVENANCE.md`): `serve`'s default
-/// serving profile, the cost model its policy plans with.
+/// The built-in GPT served by `serve`'s deployment (local worker processes behind the HTTP
+/// front end), measured here by `parcae-host profile-serving` (`data/profiles/PROVENANCE.md`):
+/// `serve`'s default serving profile, the cost model its policy plans with and its
+/// prediction replays.
 pub const WORKER_SERVING_PROFILE: (&str, &str) = (
-    "data/profiles/serving-worker-gpt-cpu-measured.json",
-    include_str!("../../../data/profiles/serving-worker-gpt-cpu-measured.json"),
+    "data/profiles/serving-worker-gpt-deployment-measured.json",
+    include_str!("../../../data/profiles/serving-worker-gpt-deployment-measured.json"),
 );
 
 /// The model `bench` plans for by default on [`P3_PROFILE`].

@@ -25,6 +25,7 @@ pub mod processes;
 pub mod progress;
 pub mod record;
 pub mod serving;
+pub mod stats;
 pub mod svg;
 pub mod templates;
 pub mod workers;

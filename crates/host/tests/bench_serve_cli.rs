@@ -102,6 +102,29 @@ fn the_measured_profile_of_the_built_in_gpt_serves_the_demo_trace() {
     assert!(stdout.contains("| builtin:spotserve ") && stdout.contains("| restart "), "{stdout}");
 }
 
+/// The deployment profile (with its contention table) at `serve`'s replay speed: 4 s per
+/// trace minute, the 30 s notice scaled with it.
+#[test]
+fn the_deployment_profile_replays_at_serves_speed() {
+    let stdout = ok(&[
+        "--trace",
+        "data/traces/demo-8node.csv",
+        "--profile",
+        "data/profiles/serving-worker-gpt-deployment-measured.json",
+        "--rate",
+        "30",
+        "--wall-seconds-per-interval",
+        "4",
+        "--baselines",
+        "restart",
+    ]);
+    assert!(stdout.contains("(60 intervals of 4 s,"), "{stdout}");
+    assert!(stdout.contains("replayed at 2.000 s"), "{stdout}");
+    let output = bench_serve(&["--trace", "data/traces/demo-8node.csv", "--wall-seconds-per-interval", "0"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--wall-seconds-per-interval 0"));
+}
+
 #[test]
 fn wrong_policies_and_rate_files_are_refused_by_name() {
     let output =

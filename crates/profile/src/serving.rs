@@ -45,6 +45,20 @@ pub struct ServingProfileFile {
     /// `bench-serve`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<WorkloadEntry>,
+    /// How iterations slow down when several replicas compute at once, measured on the
+    /// deployment (`parcae-host profile-serving`); absent: replicas never contend (one GPU
+    /// each). The serving simulator applies it; policies plan without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contention: Option<ContentionEntry>,
+}
+
+/// Replicas sharing a machine: local worker processes on fewer cores than replicas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentionEntry {
+    /// Entry `i`: an iteration's time with `i + 1` replicas iterating together over its
+    /// time with one (the first entry is 1); beyond the last entry the last step repeats.
+    pub slowdown_by_busy_replicas: Vec<f64>,
 }
 
 /// The serving instance.
@@ -175,6 +189,12 @@ impl ServingProfileData {
         }
     }
 
+    /// Iteration slowdown per number of replicas busy at once (entry `i`: `i + 1` busy);
+    /// empty when the profile measured none.
+    pub fn slowdown_by_busy_replicas(&self) -> Vec<f64> {
+        self.data.contention.as_ref().map(|c| c.slowdown_by_busy_replicas.clone()).unwrap_or_default()
+    }
+
     /// The request shape the file suggests, if it names one.
     pub fn workload(&self) -> Option<Workload> {
         self.data.workload.map(|w| Workload { input_tokens: w.input_tokens, output_tokens: w.output_tokens })
@@ -252,6 +272,15 @@ fn validate(d: &ServingProfileFile, file: &Path) -> Result<(), ProfileError> {
         at_least_one(file, "workload.input_tokens", w.input_tokens.into())?;
         at_least_one(file, "workload.output_tokens", w.output_tokens.into())?;
     }
+    if let Some(c) = &d.contention {
+        let path = "contention.slowdown_by_busy_replicas";
+        if c.slowdown_by_busy_replicas.first() != Some(&1.0) {
+            return Err(ProfileError::invalid(file, path, "must start with 1 (one replica busy)"));
+        }
+        for (i, &s) in c.slowdown_by_busy_replicas.iter().enumerate() {
+            positive(file, &format!("{path}[{i}]"), s)?;
+        }
+    }
     Ok(())
 }
 
@@ -282,6 +311,13 @@ mod tests {
         assert_eq!(core.gpus_per_instance, 4);
         assert_eq!(core.timing(2, 1).unwrap().decode_ms, 0.6);
         assert_eq!(p.workload(), Some(Workload { input_tokens: 512, output_tokens: 128 }));
+        assert!(p.slowdown_by_busy_replicas().is_empty());
+        let contended = GOOD.replace(
+            "\"workload\"",
+            "\"contention\": {\"slowdown_by_busy_replicas\": [1, 1.4, 2.1]}, \"workload\"",
+        );
+        let p = ServingProfileData::from_json(&contended, "good.json").unwrap();
+        assert_eq!(p.slowdown_by_busy_replicas(), vec![1.0, 1.4, 2.1]);
     }
 
     #[test]
@@ -292,6 +328,20 @@ mod tests {
             (GOOD.replace("\"gpus\": 4", "\"gpus\": 0"), "instance.gpus"),
             (GOOD.replace("\"layers\": 4", "\"layers\": \"4\""), "layers"),
             (GOOD.replace("\"reinit_ms\": 500", "\"reinit_ms\": 500, \"typo\": 1"), "reconfiguration"),
+            (
+                GOOD.replace(
+                    "\"workload\"",
+                    "\"contention\": {\"slowdown_by_busy_replicas\": [2]}, \"workload\"",
+                ),
+                "contention.slowdown_by_busy_replicas",
+            ),
+            (
+                GOOD.replace(
+                    "\"workload\"",
+                    "\"contention\": {\"slowdown_by_busy_replicas\": [1, -3]}, \"workload\"",
+                ),
+                "contention.slowdown_by_busy_replicas[1]",
+            ),
         ];
         for (text, path) in cases {
             let err = ServingProfileData::from_json(&text, "bad.json").unwrap_err();

@@ -72,12 +72,93 @@ struct Member {
     rem: u32,
 }
 
+/// How a batch's work maps onto time while the replicas busy around it change: breakpoints
+/// `(time, work, slowdown from then on)`, work in uncontended milliseconds. Without
+/// contention it is one breakpoint with slowdown 1, i.e. work and time advance together.
+#[derive(Debug, Clone)]
+struct Pace {
+    points: Vec<(f64, f64, f64)>,
+}
+
+impl Pace {
+    fn new(start: f64, slowdown: f64) -> Self {
+        Pace { points: vec![(start, 0.0, slowdown)] }
+    }
+
+    /// When the batch has done `work`.
+    fn time_at(&self, work: f64) -> f64 {
+        let &(t, w, s) = self.points.iter().rev().find(|p| p.1 <= work).unwrap_or(&self.points[0]);
+        t + (work - w).max(0.0) * s
+    }
+
+    /// The work done by `time`.
+    fn work_at(&self, time: f64) -> f64 {
+        let &(t, w, s) = self.points.iter().rev().find(|p| p.0 <= time).unwrap_or(&self.points[0]);
+        w + (time - t).max(0.0) / s
+    }
+
+    /// The slowdown in effect now.
+    fn slowdown(&self) -> f64 {
+        self.points.last().map_or(1.0, |p| p.2)
+    }
+
+    /// From `time` on, work advances `slowdown` times slower than time.
+    fn change(&mut self, time: f64, slowdown: f64) {
+        let first = self.points[0];
+        if time <= first.0 {
+            // Not started yet: it starts at the new pace.
+            self.points = vec![(first.0, 0.0, slowdown)];
+        } else {
+            let work = self.work_at(time);
+            self.points.push((time, work, slowdown));
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Batch {
     members: Vec<Member>,
     start: f64,
-    prefill_end: f64,
-    step: f64,
+    /// Uncontended time of the prefill (0 without one) and of one decode step, ms.
+    prefill_work: f64,
+    step_work: f64,
+    /// Tokens every member has once the prefill is done: 1 when the batch began with a
+    /// prefill (its iteration yields a token for every member, as `serve`'s engine does),
+    /// else 0.
+    first: u32,
+    pace: Pace,
+}
+
+impl Batch {
+    /// Decode steps after the prefill that `m` still needs.
+    fn steps(&self, m: &Member) -> u32 {
+        m.rem.saturating_sub(self.first)
+    }
+
+    /// When the prefill ends.
+    fn prefill_end(&self) -> f64 {
+        self.pace.time_at(self.prefill_work)
+    }
+
+    /// When member `m` has its last token.
+    fn done_at(&self, m: &Member) -> f64 {
+        self.pace.time_at(self.prefill_work + self.step_work * f64::from(self.steps(m)))
+    }
+
+    /// When the last member is done.
+    fn end(&self) -> f64 {
+        let most = self.members.iter().map(|m| self.steps(m)).max().unwrap_or(0);
+        self.pace.time_at(self.prefill_work + self.step_work * f64::from(most))
+    }
+
+    /// Whole decode steps done by `time` after the prefill.
+    fn steps_by(&self, time: f64) -> f64 {
+        if self.step_work > 0.0 {
+            ((self.pace.work_at(time) - self.prefill_work) / self.step_work + 1e-9).floor().max(0.0)
+        } else {
+            f64::INFINITY
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -173,6 +254,14 @@ fn validate(setup: &ServeSetup, fleet: &Fleet, arrivals_ms: &[f64]) -> Result<()
             "latency_slo_ms",
             format!("{} must be a finite number > 0", setup.latency_slo_ms),
         ));
+    }
+    for (i, &value) in setup.slowdown_by_busy_replicas.iter().enumerate() {
+        if !(value.is_finite() && value > 0.0) {
+            return Err(ServeSimError::invalid(
+                format!("slowdown_by_busy_replicas[{i}]"),
+                format!("{value} must be a finite number > 0"),
+            ));
+        }
     }
     if !(1..=MAX_HORIZON).contains(&setup.horizon) {
         return Err(ServeSimError::invalid(
@@ -348,6 +437,7 @@ pub(crate) fn run(
         let plan = plan_or_fallback(decide, &mut native, &request, k, &mut policy_errors)?;
         let chosen = plan.configs.first().copied().flatten();
         sim.reconfigure(t, chosen, fleet.instances[k]);
+        sim.repace(t);
         let (used, min_avail) = sim.footprint();
         let paused_ms = if sim.config.is_some() { (min_avail - t).clamp(0.0, interval) } else { 0.0 };
         intervals.push(IntervalRecord {
@@ -541,6 +631,7 @@ impl<'a> Sim<'a> {
                 self.dispatch(now);
             }
         }
+        self.repace(now);
     }
 
     /// Marks a replica idle (once).
@@ -570,6 +661,8 @@ impl<'a> Sim<'a> {
         let (Some(config), Some(est)) = (self.config, self.est) else { return };
         let output = self.output_tokens();
         let batch_size = config.batch_size.max(1) as usize;
+        let contended = !self.setup.slowdown_by_busy_replicas.is_empty();
+        let mut busy = if contended { self.busy_replicas() } else { 0 };
         while !self.queue.is_empty() {
             let Some(r) = self.idle.pop() else { break };
             let rep = &mut self.replicas[r];
@@ -593,9 +686,10 @@ impl<'a> Sim<'a> {
                 most = most.max(rem);
                 members.push(Member { req: id, had_kv: q.has_kv, rem });
             }
-            let prefill_end = start + if needs_prefill { est.prefill_ms } else { 0.0 };
-            let step = est.decode_step_ms;
-            if rep.notice_seen && prefill_end + step > rep.stop_at {
+            let slowdown = self.setup.slowdown(busy + 1);
+            let prefill_work = if needs_prefill { est.prefill_ms } else { 0.0 };
+            let step_work = est.decode_step_ms;
+            if rep.notice_seen && start + (prefill_work + step_work) * slowdown > rep.stop_at {
                 // Too close to its migration to make progress: it takes no
                 // more batches; the requests go back in order.
                 rep.stopped = true;
@@ -606,8 +700,41 @@ impl<'a> Sim<'a> {
             }
             rep.seq += 1;
             let seq = rep.seq;
-            let end = prefill_end + step * f64::from(most);
-            rep.batch = Some(Batch { members, start, prefill_end, step });
+            let first = u32::from(needs_prefill);
+            let batch =
+                Batch { members, start, prefill_work, step_work, first, pace: Pace::new(start, slowdown) };
+            let end = batch.end();
+            rep.batch = Some(batch);
+            busy += 1;
+            self.push(end, Kind::Done, r, seq);
+        }
+        self.repace(now);
+    }
+
+    /// Replicas computing a batch now.
+    fn busy_replicas(&self) -> usize {
+        self.replicas.iter().filter(|r| r.batch.is_some() && !r.destroyed).count()
+    }
+
+    /// Where replicas contend (the profile's slowdown), every batch runs at the pace of the
+    /// replicas busy now: when that count changes, each batch's remaining work is retimed
+    /// and its completion rescheduled.
+    fn repace(&mut self, now: f64) {
+        if self.setup.slowdown_by_busy_replicas.is_empty() {
+            return;
+        }
+        let slowdown = self.setup.slowdown(self.busy_replicas());
+        let mut moved = Vec::new();
+        for (r, rep) in self.replicas.iter_mut().enumerate() {
+            let Some(b) = rep.batch.as_mut() else { continue };
+            if rep.destroyed || b.pace.slowdown() == slowdown {
+                continue;
+            }
+            b.pace.change(now, slowdown);
+            rep.seq += 1;
+            moved.push((b.end(), r, rep.seq));
+        }
+        for (end, r, seq) in moved {
             self.push(end, Kind::Done, r, seq);
         }
     }
@@ -619,9 +746,9 @@ impl<'a> Sim<'a> {
         for m in &b.members {
             let q = &mut self.reqs[m.req as usize];
             if !m.had_kv && q.first_token.is_none() {
-                q.first_token = Some(b.prefill_end);
+                q.first_token = Some(b.prefill_end());
             }
-            q.done = Some(b.prefill_end + b.step * f64::from(m.rem));
+            q.done = Some(b.done_at(m));
             q.committed = output;
             q.has_kv = false;
         }
@@ -646,19 +773,18 @@ impl<'a> Sim<'a> {
                 out.push(m.req);
                 continue;
             }
-            if stop >= b.prefill_end {
+            if stop >= b.prefill_end() {
                 if !m.had_kv && q.first_token.is_none() {
-                    q.first_token = Some(b.prefill_end);
+                    q.first_token = Some(b.prefill_end());
                 }
-                let steps =
-                    if b.step > 0.0 { ((stop - b.prefill_end) / b.step).floor() } else { f64::INFINITY };
-                if steps >= f64::from(m.rem) {
-                    q.done = Some(b.prefill_end + b.step * f64::from(m.rem));
+                let steps = b.steps_by(stop);
+                if steps >= f64::from(b.steps(m)) {
+                    q.done = Some(b.done_at(m));
                     q.committed = output;
                     q.has_kv = false;
                     continue;
                 }
-                q.committed += steps as u32;
+                q.committed += b.first + steps as u32;
                 q.has_kv = true;
             }
             if migrate && q.has_kv {
@@ -684,7 +810,7 @@ impl<'a> Sim<'a> {
     /// work: the end of a prefill under way, else `t`.
     fn stop_time(&self, r: usize, t: f64) -> f64 {
         match &self.replicas[r].batch {
-            Some(b) if b.start < t && t < b.prefill_end => b.prefill_end,
+            Some(b) if b.start < t && t < b.prefill_end() => b.prefill_end(),
             _ => t,
         }
     }

@@ -24,10 +24,13 @@
 //! replica takes up to `batch` requests from the head of the queue (it does not
 //! wait to fill a batch) and serves them together in
 //! `(prefill_ms if any of them still needs its prompt processed, else 0) +
-//! decode_step_ms x (most tokens any of them still has to generate)`; a
+//! decode_step_ms x (most tokens any of them still has to generate, less the
+//! one the prefill's iteration yields for every member)`; a
 //! partial batch takes the full batch's times (conservative). A request's
 //! first token comes at the end of its batch's prefill, its last after its own
-//! remaining steps. The simulation is event-driven (a binary heap of batch
+//! remaining steps. Where replicas share a machine's cores (the profile's
+//! `contention`), a batch's times are multiplied by the measured slowdown for
+//! the replicas busy when it starts. The simulation is event-driven (a binary heap of batch
 //! completions, replica start-ups, preemption notices and stops), not
 //! time-stepped.
 //!
@@ -221,6 +224,27 @@ pub struct ServeSetup {
     pub spot_price_per_hour: f64,
     /// Price of one on-demand instance, USD per hour.
     pub on_demand_price_per_hour: f64,
+    /// Replicas contending for one machine (worker processes on fewer cores than replicas):
+    /// entry `i` multiplies a batch's prefill and step times when `i + 1` replicas are busy
+    /// as it starts; past the last entry the last step repeats. Empty: no contention (each
+    /// replica on its own GPUs).
+    pub slowdown_by_busy_replicas: Vec<f64>,
+}
+
+impl ServeSetup {
+    /// The slowdown of a batch that starts while `busy` replicas (itself included) compute.
+    pub fn slowdown(&self, busy: usize) -> f64 {
+        let table = &self.slowdown_by_busy_replicas;
+        match (busy, table.len()) {
+            (_, 0) | (0, _) => 1.0,
+            (n, len) if n <= len => table[n - 1],
+            (_, 1) => table[0],
+            (n, len) => {
+                let step = table[len - 1] - table[len - 2];
+                table[len - 1] + step * (n - len) as f64
+            }
+        }
+    }
 }
 
 /// What happened to one request.

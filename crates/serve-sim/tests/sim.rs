@@ -29,6 +29,7 @@ fn setup() -> ServeSetup {
         horizon: 3,
         spot_price_per_hour: 1.5,
         on_demand_price_per_hour: 4.0,
+        slowdown_by_busy_replicas: Vec::new(),
     }
 }
 
@@ -137,6 +138,42 @@ fn calm_fleet_serves_at_the_model_latency_and_bills_exactly() {
     // The cold start: instances start (20 s), load 4 GB at 500 MB/s (8 s), reinit (1 s).
     assert!((o.intervals[0].paused_ms - 29_000.0).abs() < 1e-6, "{}", o.intervals[0].paused_ms);
     assert!(o.intervals[1..].iter().all(|i| i.paused_ms == 0.0 && i.config == Some(c)));
+}
+
+/// Replicas that share a machine's cores run at the pace of the replicas busy at each
+/// moment: a request alone for the first half of its work and then beside another runs the
+/// rest 1.5 times slower; the one that joined halfway finishes its last half alone.
+#[test]
+fn contending_replicas_run_at_the_pace_of_the_replicas_busy() {
+    let setup = ServeSetup { slowdown_by_busy_replicas: vec![1.0, 1.5], ..setup() };
+    let fleet = fleet(&[3; 10], 0.0);
+    let c = config(2, 4, 1, 1);
+    let l = estimate(&setup.profile, &c, &WORK).unwrap().latency_ms;
+    // Pairs far apart (every 60 s): the second of each arrives halfway through the first.
+    let arrivals: Vec<f64> =
+        (1..9).flat_map(|m| [f64::from(m) * 60_000.0, f64::from(m) * 60_000.0 + l / 2.0]).collect();
+    let o = simulate(&setup, &fleet, &arrivals, Recovery::TokenLevel, &mut fixed(c)).unwrap();
+    check_invariants(&o, &arrivals, &fleet, &setup);
+    for pair in o.requests.chunks(2) {
+        // First: l/2 alone, then l/2 of work at 1.5x. Second: 0.75 l beside the first (l/2 of
+        // work), then l/2 alone.
+        for r in pair {
+            let latency = r.latency_ms().unwrap();
+            assert!((latency - 1.25 * l).abs() < 1e-6, "{latency} vs 1.25 x {l}");
+        }
+    }
+    // Without a table nothing slows; past the table the last step repeats.
+    let calm = simulate(
+        &ServeSetup { slowdown_by_busy_replicas: Vec::new(), ..setup.clone() },
+        &fleet,
+        &arrivals,
+        Recovery::TokenLevel,
+        &mut fixed(c),
+    )
+    .unwrap();
+    assert!(calm.requests.iter().all(|r| (r.latency_ms().unwrap() - l).abs() < 1e-6));
+    assert!((setup.slowdown(4) - 2.5).abs() < 1e-12);
+    assert_eq!(ServeSetup { slowdown_by_busy_replicas: Vec::new(), ..setup }.slowdown(7), 1.0);
 }
 
 /// Test 2: over capacity the queue grows and latencies rise with time, and
@@ -431,4 +468,6 @@ fn bad_inputs_are_errors_naming_the_field() {
     let mut p = setup.clone();
     p.workload.output_tokens = 0;
     assert!(run(&p, &good, &[]).starts_with("workload.output_tokens"));
+    let p = ServeSetup { slowdown_by_busy_replicas: vec![1.0, f64::NAN], ..setup.clone() };
+    assert!(run(&p, &good, &[]).starts_with("slowdown_by_busy_replicas[1]"));
 }

@@ -6,8 +6,9 @@
 //!
 //! - prefill `t1 = prefill(tp, b/M1) x ceil(L/pp) x (pp + M1 - 1) + comm_prefill x (pp - 1)`
 //! - one decode step `t2 = decode(tp, b/M2) x ceil(L/pp) x (pp + M2 - 1) + comm_decode x (pp - 1)`
-//! - a request's latency `t1 + t2 x output_tokens`, a replica's throughput
-//!   `b / latency`, the deployment's `dp x b / latency`.
+//! - a request's latency `t1 + t2 x (output_tokens - 1)` (the prefill's last
+//!   position yields the first token, as in FasterTransformer and `serve`), a
+//!   replica's throughput `b / latency`, the deployment's `dp x b / latency`.
 //!
 //! A pipeline of `M` micro-batches over `pp` stages takes `pp + M - 1` stage
 //! times to drain; each hop's transfer is paid once on the critical path.
@@ -76,7 +77,7 @@ pub fn estimate(profile: &ServingProfile, config: &ServingConfig, workload: &Wor
         + profile.pp_prefill_comm_ms * hops;
     let decode_step_ms =
         decode.decode_ms * layers_per_stage * f64::from(pp + m2 - 1) + profile.pp_decode_comm_ms * hops;
-    let latency_ms = prefill_ms + decode_step_ms * f64::from(workload.output_tokens);
+    let latency_ms = prefill_ms + decode_step_ms * f64::from(workload.output_tokens.saturating_sub(1));
     let bytes_per_gpu = bytes_per_gpu(profile, config, workload);
     if bytes_per_gpu > profile.gpu_memory_bytes || latency_ms <= 0.0 || !latency_ms.is_finite() {
         return None;
@@ -224,7 +225,8 @@ pub(crate) mod tests {
         assert!((e.prefill_ms - (11.0 * 4.0 * 3.0 + 2.0)).abs() < 1e-9, "{}", e.prefill_ms);
         // decode: timing(2, 4) = 1.2 * 0.55 = 0.66 ms per layer, 4 layers, 2 stage times, 1 hop.
         assert!((e.decode_step_ms - (0.66 * 4.0 * 2.0 + 0.1)).abs() < 1e-9, "{}", e.decode_step_ms);
-        assert!((e.latency_ms - (e.prefill_ms + 64.0 * e.decode_step_ms)).abs() < 1e-9);
+        // The prefill yields the first of the 64 tokens.
+        assert!((e.latency_ms - (e.prefill_ms + 63.0 * e.decode_step_ms)).abs() < 1e-9);
         assert!((e.requests_per_second - 2.0 * 4.0 * 1000.0 / e.latency_ms).abs() < 1e-9);
         assert_eq!(e.instances, 2);
     }

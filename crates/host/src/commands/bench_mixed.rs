@@ -76,12 +76,6 @@ fn step_periods(log: &Path) -> anyhow::Result<Vec<f64>> {
     Ok(gaps)
 }
 
-/// The median of `values` (not empty).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// The micro-batch shares of the run's first reconfiguration.
 fn shares(log: &Path) -> anyhow::Result<Vec<u64>> {
     let text = std::fs::read_to_string(log).with_context(|| format!("reading {}", log.display()))?;
@@ -168,7 +162,8 @@ pub fn run(args: &MixedBenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    let [fast_1, slow_1, fast_2, slow_2, mixed_ms] = [0, 1, 2, 3, 4].map(|i| median(periods[i].clone()));
+    let [fast_1, slow_1, fast_2, slow_2, mixed_ms] =
+        [0, 1, 2, 3, 4].map(|i| crate::stats::median(&periods[i]));
     let mixed_log = mixed_log.context("no mixed run")?;
     let (fast_p, slow_p) = (profile([fast_1, fast_2]), profile([slow_1, slow_2]));
     let predicted =

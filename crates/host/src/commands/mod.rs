@@ -13,6 +13,7 @@ pub mod bench_serve;
 pub mod loadgen;
 pub mod policy;
 pub mod profile;
+pub mod profile_serving;
 pub mod provision;
 pub mod replay;
 #[expect(

@@ -17,6 +17,7 @@ use clap::Args;
 use parcae_cluster::ModelSpec;
 use parcae_cluster::serving::WeightSource;
 use parcae_profile::ServingProfileData;
+use parcae_serve_sim::{Fleet, Recovery, ServeSetup};
 use parcae_serving_core::estimate::shapes;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
@@ -26,12 +27,13 @@ use crate::args::{ReplayArgs, SandboxArgs};
 use crate::checkpoints::Checkpoints;
 use crate::embedded::WORKER_SERVING_PROFILE;
 use crate::policies::load_serving;
-use crate::serving::api::{EngineHandle, EngineStatus, ModelCard};
-use crate::serving::engine::{Chooser, Engine, EngineSettings, EngineStats, RecoveryMode, ScriptedConfig};
-use crate::serving::loadgen::{LatencySummary, LoadReport, LoadSpec, run_load};
-use crate::workers::cloud;
-use crate::workers::fleet::Fleet;
-use crate::workers::{HostEndpoint, TimedEvent, timeline};
+use crate::serving::api::{EngineHandle, EngineStatus, ModelCard, until_ready};
+use crate::serving::engine::{Chooser, EngineSettings, EngineStats, RecoveryMode, ScriptedConfig};
+use crate::serving::loadgen::{LatencySummary, LoadReport, LoadSpec, RequestOutcome, run_load};
+use crate::serving::local::{LocalOptions, LocalServing};
+use crate::stats::median;
+use crate::workers::timeline::TimeScale;
+use crate::workers::{TimedEvent, timeline};
 
 /// Options of `parcae-host serve`.
 #[derive(Debug, Args)]
@@ -134,6 +136,9 @@ pub struct ServeOutcome {
     pub engine: EngineStats,
     /// What the load generator measured, if it ran.
     pub load: Option<LoadReport>,
+    /// What `bench-serve`'s model predicts of the same replay and requests (with a policy
+    /// and a load).
+    pub predicted: Option<Prediction>,
 }
 
 /// `parcae-host serve`.
@@ -264,6 +269,8 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
     let grace = args.replay.grace(&scale);
     let (weights, checkpoints) = weights(args).await?;
 
+    // What the policy plans with, kept for the prediction at the end.
+    let mut planned: Option<Planned> = None;
     let chooser = match &args.script {
         Some(path) => Chooser::Script(load_script(path)?),
         None => {
@@ -294,14 +301,19 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
             let runtime = args.sandbox.runtime()?;
             let policy =
                 load_serving(&args.policy, &runtime).with_context(|| format!("loading {}", args.policy))?;
-            Chooser::Policy { policy: Box::new(policy), profile, workload, slo_ms }
+            planned = Some(Planned { data: profile_data, workload, slo_ms });
+            Chooser::Policy {
+                policy: Box::new(policy),
+                profile,
+                workload,
+                slo_ms,
+                expected_rate: args.load_rate,
+            }
         }
     };
 
     let run_dir = args.run_dir.join(mode_name(mode));
     crate::workers::prepare_run_dir(&run_dir)?;
-    let mut host = HostEndpoint::start(args.listen)?;
-    let launch = host.local_launch(args.worker_bin.as_deref(), &run_dir, &args.device, Vec::new())?;
     let command_timeout = Duration::from_secs_f64(args.command_timeout);
     let store = match &checkpoints {
         Some(c) => c.for_workers(),
@@ -311,21 +323,19 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
         )?
         .for_workers(),
     };
-    let mut fleet = Fleet::new(Some(launch), command_timeout / 2, store);
+    let mut local = LocalServing::start(LocalOptions {
+        listen: args.listen,
+        worker_bin: args.worker_bin.as_deref(),
+        run_dir: &run_dir,
+        device: &args.device,
+        command_timeout,
+        store,
+    })?;
 
     // The HTTP front end, talking to the engine through a bounded job queue.
     let (jobs_tx, mut jobs) = mpsc::channel(1024);
     let (status_tx, status) = watch::channel(EngineStatus::Starting);
-    let handle = EngineHandle {
-        jobs: jobs_tx,
-        status: status.clone(),
-        model: ModelCard {
-            id: "parcae-gpt".to_string(),
-            vocab: spec.vocab,
-            context: spec.seq_len,
-            owned_by: "parcae".to_string(),
-        },
-    };
+    let handle = EngineHandle { jobs: jobs_tx, status: status.clone(), model: ModelCard::of(&spec) };
     let listener = tokio::net::TcpListener::bind(args.http)
         .await
         .with_context(|| format!("--http {}: cannot listen", args.http))?;
@@ -338,8 +348,7 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
 
     // The cloud plays the trace; the load (if any) starts once the engine serves.
     let start = Instant::now();
-    let (notes_tx, mut notes) = mpsc::unbounded_channel();
-    let cloud = tokio::spawn(cloud::play(events, start, grace, fleet.shared.clone(), notes_tx));
+    let (load_started_tx, load_started) = tokio::sync::oneshot::channel::<Duration>();
     let load = args.load_rate.map(|rate| {
         let spec = LoadSpec {
             url: format!("http://{http_addr}"),
@@ -356,12 +365,9 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
         };
         let mut status = status.clone();
         tokio::spawn(async move {
-            while !matches!(*status.borrow(), EngineStatus::Ready) {
-                if status.changed().await.is_err() {
-                    break;
-                }
-            }
+            until_ready(&mut status).await;
             // The load ends with the replay, not a start-up's length later.
+            let _ = load_started_tx.send(start.elapsed());
             let spec = LoadSpec { duration: end.saturating_sub(start.elapsed()), ..spec };
             run_load(&spec).await
         })
@@ -378,19 +384,124 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
         chooser,
     };
     info!(intervals, ?grace, recovery = mode_name(mode), "serving starts");
-    let stats = Engine::new(settings, &mut fleet, status_tx)
-        .run(start, &mut jobs, &mut notes, &mut host.arrivals)
-        .await;
+    let stats = local.serve(settings, events, grace, start, &mut jobs, status_tx).await;
     let load = match load {
         Some(task) => Some(task.await.context("the load generator")??),
         None => None,
     };
     let _ = stop_http.send(());
     let _ = http.await;
-    cloud.abort();
-    fleet.shutdown(Duration::from_secs(5)).await;
-    host.close();
-    Ok(ServeOutcome { recovery: mode, engine: stats, load })
+    local.close().await;
+    let predicted = match (&planned, &load, load_started.await) {
+        (Some(planned), Some(load), Ok(offset)) => {
+            let replay = Replayed { series: &series, intervals, scale, grace, offset };
+            Some(
+                predict(args, planned, &replay, load)
+                    .context("predicting the run with bench-serve's model")?,
+            )
+        }
+        _ => None,
+    };
+    Ok(ServeOutcome { recovery: mode, engine: stats, load, predicted })
+}
+
+/// The serving profile, workload and objective the policy planned with.
+struct Planned {
+    data: ServingProfileData,
+    workload: parcae_serving_core::Workload,
+    slo_ms: f64,
+}
+
+/// The replay as it ran: the trace's intervals at wall-clock length and when the load began.
+struct Replayed<'a> {
+    series: &'a parcae_traces::IntervalSeries,
+    intervals: usize,
+    scale: TimeScale,
+    grace: Duration,
+    /// From the replay's start to the load's first moment.
+    offset: Duration,
+}
+
+/// What `bench-serve`'s model predicted of this run, next to what the load generator measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Prediction {
+    /// Requests simulated: the ones the server accepted, at the times they were sent.
+    pub requests: usize,
+    /// Completed in the simulation.
+    pub completed: usize,
+    /// Reconfigurations in the simulation.
+    pub reconfigurations: u32,
+    /// Simulated end-to-end latency percentiles, seconds.
+    pub e2e_p50: f64,
+    /// 90th percentile.
+    pub e2e_p90: f64,
+    /// 99th percentile.
+    pub e2e_p99: f64,
+    /// Measured (the load generator's) over simulated, minus 1, per percentile: the
+    /// prediction's error.
+    pub error_p50: f64,
+    /// At P90.
+    pub error_p90: f64,
+    /// At P99.
+    pub error_p99: f64,
+}
+
+/// Replays the run through the serving simulator (`bench-serve`'s model): the trace's
+/// fleet at the run's wall-clock interval and notice, the requests the server accepted at
+/// the times they were sent, the same policy, profile (its contention included), workload
+/// and objective, deciding once per interval on the fleet now (the engine's horizon).
+fn predict(
+    args: &ServeArgs,
+    planned: &Planned,
+    replay: &Replayed<'_>,
+    load: &LoadReport,
+) -> anyhow::Result<Prediction> {
+    let k = replay.intervals.min(replay.series.intervals.len());
+    let fleet = Fleet {
+        instances: replay.series.intervals[..k].iter().map(|s| s.instances).collect(),
+        preemptions: replay.series.intervals[..k].iter().map(|s| s.preemptions).collect(),
+        arrivals: replay.series.intervals[..k].iter().map(|s| s.arrivals).collect(),
+        interval_ms: replay.scale.wall_interval_ms().max(1),
+        notice_ms: replay.grace.as_secs_f64() * 1000.0,
+    };
+    let offset_ms = replay.offset.as_secs_f64() * 1000.0;
+    let mut arrivals: Vec<f64> = load
+        .rows
+        .iter()
+        .filter(|r| r.outcome != RequestOutcome::Rejected)
+        .map(|r| offset_ms + r.sent_at_s * 1000.0)
+        .collect();
+    arrivals.sort_by(f64::total_cmp);
+    let setup = ServeSetup {
+        profile: planned.data.serving_profile(),
+        workload: planned.workload,
+        latency_slo_ms: planned.slo_ms,
+        horizon: 1,
+        spot_price_per_hour: planned.data.data().instance.spot_usd_per_hour,
+        on_demand_price_per_hour: planned.data.data().instance.on_demand_usd_per_hour,
+        slowdown_by_busy_replicas: planned.data.slowdown_by_busy_replicas(),
+    };
+    let runtime = args.sandbox.runtime()?;
+    let mut policy =
+        load_serving(&args.policy, &runtime).with_context(|| format!("loading {}", args.policy))?;
+    let outcome =
+        parcae_serve_sim::simulate(&setup, &fleet, &arrivals, Recovery::TokenLevel, &mut |request| {
+            Ok(policy.configure(request).value)
+        })?;
+    let s = &outcome.summary;
+    let measured = &load.summary.e2e;
+    let error = |m: f64, p_ms: f64| m / (p_ms / 1000.0) - 1.0;
+    Ok(Prediction {
+        requests: s.requests,
+        completed: s.completed,
+        reconfigurations: s.reconfigurations,
+        e2e_p50: s.p50_ms / 1000.0,
+        e2e_p90: s.p90_ms / 1000.0,
+        e2e_p99: s.p99_ms / 1000.0,
+        error_p50: error(measured.p50, s.p50_ms),
+        error_p90: error(measured.p90, s.p90_ms),
+        error_p99: error(measured.p99, s.p99_ms),
+    })
 }
 
 fn print_outcome(outcome: &ServeOutcome) {
@@ -420,21 +531,28 @@ fn print_outcome(outcome: &ServeOutcome) {
     if let Some(load) = &outcome.load {
         println!("{}", load.table());
     }
+    if let (Some(p), Some(load)) = (&outcome.predicted, &outcome.load) {
+        let m = &load.summary.e2e;
+        println!(
+            "  bench-serve's model of this run ({} requests, {} reconfigurations): E2E P50 {:.3} s (measured {:.3}, {:+.1}%), \
+             P90 {:.3} s (measured {:.3}, {:+.1}%), P99 {:.3} s (measured {:.3}, {:+.1}%)",
+            p.requests,
+            p.reconfigurations,
+            p.e2e_p50,
+            m.p50,
+            100.0 * p.error_p50,
+            p.e2e_p90,
+            m.p90,
+            100.0 * p.error_p90,
+            p.e2e_p99,
+            m.p99,
+            100.0 * p.error_p99
+        );
+    }
 }
 
 fn mean(values: &[f64]) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-}
-
-/// The median of `values` (the mean of the middle two for an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    match n {
-        0 => f64::NAN,
-        _ if n % 2 == 1 => values[n / 2],
-        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
 }
 
 /// The modes side by side: each mode's median latency percentiles over its replays, its
@@ -464,15 +582,17 @@ fn compare_table(modes: &[RecoveryMode], outcomes: &[ServeOutcome]) -> String {
             .filter_map(|o| o.load.as_ref().map(|l| (&l.summary, &o.engine)))
             .collect()
     };
-    let p99 =
-        |runs: &[(&LatencySummary, &EngineStats)]| median(runs.iter().map(|(s, _)| s.e2e.p99).collect());
+    let p99 = |runs: &[(&LatencySummary, &EngineStats)]| {
+        median(&runs.iter().map(|(s, _)| s.e2e.p99).collect::<Vec<_>>())
+    };
     let first = modes.first().map(|m| p99(&of(*m)));
     for &mode in modes {
         let runs = of(mode);
         if runs.is_empty() {
             continue;
         }
-        let med = |f: &dyn Fn(&LatencySummary) -> f64| median(runs.iter().map(|(s, _)| f(s)).collect());
+        let med =
+            |f: &dyn Fn(&LatencySummary) -> f64| median(&runs.iter().map(|(s, _)| f(s)).collect::<Vec<_>>());
         let caught: Vec<f64> = runs.iter().flat_map(|(_, e)| e.disrupted_latencies.iter().copied()).collect();
         table.add_row(vec![
             mode_name(mode).to_string(),

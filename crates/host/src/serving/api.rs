@@ -92,6 +92,27 @@ pub struct ModelCard {
     pub owned_by: String,
 }
 
+impl ModelCard {
+    /// The card of the model `spec` describes, as `serve` names it.
+    pub fn of(spec: &parcae_cluster::ModelSpec) -> Self {
+        ModelCard {
+            id: "parcae-gpt".to_string(),
+            vocab: spec.vocab,
+            context: spec.seq_len,
+            owned_by: "parcae".to_string(),
+        }
+    }
+}
+
+/// Waits until the engine serves (or is gone): a load started earlier would meet 503s.
+pub async fn until_ready(status: &mut watch::Receiver<EngineStatus>) {
+    while !matches!(*status.borrow(), EngineStatus::Ready) {
+        if status.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// What the front end holds of the engine.
 #[derive(Debug, Clone)]
 pub struct EngineHandle {

@@ -17,6 +17,7 @@
 //! away (during a pause for lack of instances, say).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -367,6 +368,46 @@ pub async fn run_load(spec: &LoadSpec) -> anyhow::Result<LoadReport> {
     }
     let duration_s = start.elapsed().as_secs_f64();
     let summary = LatencySummary::of(&rows, duration_s);
+    Ok(LoadReport { rows, summary })
+}
+
+/// A closed loop instead of arrivals: `clients` clients each send a request, read its stream
+/// to the end and send the next, until `spec.duration` has passed or `spec.requests` were
+/// sent (`spec.rate` and `spec.cv` are not used). What a server sustains at a fixed
+/// concurrency, e.g. to profile it with every replica kept busy. A client refused with 503
+/// waits 10 ms before its next request.
+pub async fn run_closed_loop(spec: &LoadSpec, clients: usize) -> anyhow::Result<LoadReport> {
+    validate(&LoadSpec { rate: 1.0, cv: 1.0, ..spec.clone() })?;
+    anyhow::ensure!(clients >= 1, "clients: must be at least 1");
+    let client = reqwest::Client::builder().no_proxy().build().context("building the HTTP client")?;
+    let url = completions_url(&spec.url);
+    let start = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let (client, url, next, spec) = (client.clone(), url.clone(), next.clone(), spec.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rows = Vec::new();
+            while start.elapsed() < spec.duration {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= spec.requests {
+                    break;
+                }
+                let row = one_request(client.post(&url).json(&request_body(&spec, i)), i, start).await;
+                if row.outcome == RequestOutcome::Rejected {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                rows.push(row);
+            }
+            rows
+        }));
+    }
+    let mut rows = Vec::new();
+    for task in tasks {
+        rows.extend(task.await.context("a load client failed")?);
+    }
+    rows.sort_by_key(|r| r.id);
+    let summary = LatencySummary::of(&rows, start.elapsed().as_secs_f64());
     Ok(LoadReport { rows, summary })
 }
 

@@ -9,10 +9,13 @@
 //!   real vocabulary);
 //! - [`http`]: the OpenAI-compatible HTTP API (`/v1/completions`, `/v1/models`, `/health`);
 //! - [`loadgen`]: the load generator (`parcae-host loadgen`, and `serve --load-rate`):
-//!   Gamma arrivals of streamed requests over real HTTP, with latency percentiles.
+//!   Gamma arrivals of streamed requests over real HTTP, with latency percentiles;
+//! - [`local`]: the engine on local worker processes replaying a trace, shared by `serve`
+//!   and `profile-serving` so the profile measures the deployment `serve` runs.
 
 pub mod api;
 pub mod engine;
 pub mod http;
 pub mod loadgen;
+pub mod local;
 pub mod tokenizer;

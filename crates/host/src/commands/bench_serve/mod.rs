@@ -96,6 +96,11 @@ pub struct ServeBenchArgs {
     #[command(flatten)]
     /// The preemption notice.
     pub notice: NoticeArgs,
+    /// Replay each trace interval (`--interval-seconds` of trace time) in this many seconds,
+    /// the notice scaled with it, as `serve --wall-seconds-per-interval` does: to predict a
+    /// `serve` run of the same trace.
+    #[arg(long, value_name = "SECONDS")]
+    pub wall_seconds_per_interval: Option<f64>,
     /// Write one JSON record per (trace, row) to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -206,7 +211,19 @@ pub struct ServeRecord {
 
 /// `parcae-host bench-serve`.
 pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
-    let interval_ms = args.input.interval_ms()?;
+    let trace_interval_ms = args.input.interval_ms()?;
+    let interval_ms = match args.wall_seconds_per_interval {
+        Some(s) => {
+            anyhow::ensure!(
+                s.is_finite() && s >= 0.001,
+                "--wall-seconds-per-interval {s}: must be a number >= 0.001"
+            );
+            (s * 1000.0).round() as u64
+        }
+        None => trace_interval_ms,
+    };
+    // Trace time onto replayed time: the notice shrinks with the intervals.
+    let time_scale = interval_ms as f64 / trace_interval_ms as f64;
     anyhow::ensure!(args.horizon >= 1, "--horizon must be at least 1");
     anyhow::ensure!(args.cv.is_finite() && args.cv > 0.0, "--cv {}: must be a finite number > 0", args.cv);
     let profile_data = match &args.profile {
@@ -246,7 +263,7 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
             Some(path) => args.input.load(path)?,
             None => embedded::trace_or(None, args.input.format, P3_TRACE)?,
         };
-        let series = trace.series(interval_ms)?;
+        let series = trace.series(trace_interval_ms)?;
         anyhow::ensure!(
             !series.intervals.is_empty(),
             "{}: the trace has no intervals",
@@ -258,7 +275,7 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
             preemptions: series.intervals.iter().map(|s| s.preemptions).collect(),
             arrivals: series.intervals.iter().map(|s| s.arrivals).collect(),
             interval_ms,
-            notice_ms: notice.seconds * 1000.0,
+            notice_ms: notice.seconds * 1000.0 * time_scale,
         };
         let duration_ms = fleet.instances.len() as f64 * interval_ms as f64;
         let max_instances = fleet.instances.iter().copied().max().unwrap_or(0);
@@ -305,6 +322,7 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
             horizon: args.horizon,
             spot_price_per_hour: instance.spot_usd_per_hour,
             on_demand_price_per_hour: instance.on_demand_usd_per_hour,
+            slowdown_by_busy_replicas: profile_data.slowdown_by_busy_replicas(),
         };
         let mut rows = Vec::new();
         let mut notes = Vec::new();
@@ -369,10 +387,10 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
         };
         let mut text = format!(
             "{} ({} intervals of {} s, {}..{} instances), model {} on {} ({} GPUs each); {} requests at \
-             {rate:.3} req/s (Gamma, CV {}), {} in / {} out tokens; SLO {:.1} s; preemption notice {} s ({})\n\n{}\n",
+             {rate:.3} req/s (Gamma, CV {}), {} in / {} out tokens; SLO {:.1} s; preemption notice {} s ({}{})\n\n{}\n",
             trace.source().display(),
             fleet.instances.len(),
-            interval_ms / 1000,
+            interval_ms as f64 / 1000.0,
             fleet.instances.iter().min().unwrap_or(&0),
             max_instances,
             profile.model,
@@ -385,6 +403,11 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
             slo_ms / 1000.0,
             notice.seconds,
             notice.source,
+            if time_scale == 1.0 {
+                String::new()
+            } else {
+                format!("; replayed at {:.3} s", fleet.notice_ms / 1000.0)
+            },
             table(&bench),
         );
         text.push_str(&ratios(&bench));

@@ -80,6 +80,9 @@ pub enum Chooser {
         workload: Workload,
         /// Latency objective, ms.
         slo_ms: f64,
+        /// The arrival rate to plan the first interval for (requests per second), before any
+        /// was observed (`serve --load-rate`); unknown: planned for almost none.
+        expected_rate: Option<f64>,
     },
     /// One configuration (or a pause) per interval.
     Script(Vec<Option<ScriptedConfig>>),
@@ -146,6 +149,79 @@ pub struct EngineStats {
     /// End-to-end latencies (seconds) of the completed requests a reconfiguration caught in
     /// flight (migrated, recomputed or restarted at least once): where recovery modes differ.
     pub disrupted_latencies: Vec<f64>,
+    /// Wall time of the iterations, by what ran in them: what `profile-serving` fits the
+    /// deployment's serving profile to.
+    pub iteration_times: IterationTimes,
+}
+
+/// What one group of iterations ran: the shape, the batch cap, how many replicas were busy
+/// at once, and whether a prompt was processed (prefill) in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+pub struct IterationKey {
+    /// Tensor-parallel ranks per stage.
+    pub tp: usize,
+    /// Pipeline stages.
+    pub pp: usize,
+    /// The configuration's batch cap.
+    pub batch: usize,
+    /// Sequences in the fullest replica's batch this iteration.
+    pub largest: usize,
+    /// Replicas that iterated together (their workers compete for the machine's cores).
+    pub busy: usize,
+    /// Some replica processed a prompt (its first iteration of a batch).
+    pub prefill: bool,
+}
+
+/// Iteration wall times (the engine's loop and the host's round trip included: from the top
+/// of the loop pass to having every replica's tokens) grouped by [`IterationKey`].
+#[derive(Debug, Clone, Default)]
+pub struct IterationTimes {
+    samples: BTreeMap<IterationKey, (Vec<f64>, Vec<f64>)>,
+}
+
+/// One group's summary.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct IterationGroup {
+    /// What ran.
+    #[serde(flatten)]
+    pub key: IterationKey,
+    /// Iterations in the group.
+    pub count: usize,
+    /// Median wall time, ms.
+    pub median_ms: f64,
+    /// Mean wall time, ms.
+    pub mean_ms: f64,
+    /// Median of the slowest worker's own compute time in each iteration, ms.
+    pub worker_median_ms: f64,
+}
+
+impl IterationTimes {
+    /// Records one iteration: `wall_ms` at the host, `worker_ms` the slowest worker's own time.
+    pub fn record(&mut self, key: IterationKey, wall_ms: f64, worker_ms: f64) {
+        let (wall, worker) = self.samples.entry(key).or_default();
+        wall.push(wall_ms);
+        worker.push(worker_ms);
+    }
+
+    /// Every group, in key order.
+    pub fn groups(&self) -> Vec<IterationGroup> {
+        self.samples
+            .iter()
+            .map(|(key, (wall, worker))| IterationGroup {
+                key: *key,
+                count: wall.len(),
+                median_ms: crate::stats::median(wall),
+                mean_ms: wall.iter().sum::<f64>() / wall.len().max(1) as f64,
+                worker_median_ms: crate::stats::median(worker),
+            })
+            .collect()
+    }
+}
+
+impl Serialize for IterationTimes {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.groups().serialize(serializer)
+    }
 }
 
 /// One configuration the engine moved to.
@@ -293,12 +369,17 @@ impl<'a> Engine<'a> {
             if now >= start + end {
                 break;
             }
+            // A pass that only iterates times the whole loop, its own overhead included;
+            // one that also handled the fleet times the iteration alone.
+            let mut quiet = true;
             // 1. Workers and the cloud.
             while let Ok(arrival) = arrivals.try_recv() {
+                quiet = false;
                 self.fleet.admit(arrival, &self.settings.spec, self.settings.command_timeout).await;
             }
             let mut lost = false;
             while let Ok(note) = notes.try_recv() {
+                quiet = false;
                 lost |= self.on_cloud(note).await;
             }
             for id in self.fleet.reap_dead() {
@@ -322,6 +403,7 @@ impl<'a> Engine<'a> {
                 && self.placement.as_ref().is_some_and(|p| p.slots.keys().any(|w| !self.fleet.is_alive(*w)));
             let regrown = self.placement.is_none() && available != self.last_available;
             if decided_interval != Some(k) || doomed || broken || regrown {
+                quiet = false;
                 decided_interval = Some(k);
                 self.last_available = available;
                 let cause = if doomed {
@@ -347,7 +429,7 @@ impl<'a> Engine<'a> {
             // 4. Fill idle replicas, then one iteration everywhere.
             self.fill_replicas();
             if self.replicas.values().any(|r| !r.batch.is_empty()) {
-                self.iterate().await;
+                self.iterate(if quiet { now } else { Instant::now() }).await;
                 continue;
             }
             // 5. Nothing to compute: wait for something to happen.
@@ -374,11 +456,12 @@ impl<'a> Engine<'a> {
         }
         let deadline = Instant::now() + self.settings.drain;
         while Instant::now() < deadline && self.placement.is_some() {
+            let pass = Instant::now();
             self.fill_replicas();
             if self.replicas.values().all(|r| r.batch.is_empty()) {
                 break;
             }
-            self.iterate().await;
+            self.iterate(pass).await;
         }
         let mut left: Vec<Request> = self.queue.drain(..).collect();
         for replica in self.replicas.values_mut() {
@@ -467,17 +550,19 @@ impl<'a> Engine<'a> {
                 let c = (*script.get(k).or(script.last())?)?;
                 Some((ServeShape { dp: c.dp, tp: c.tp, pp: c.pp }, c.batch))
             }
-            Chooser::Policy { policy, profile, workload, slo_ms } => {
+            Chooser::Policy { policy, profile, workload, slo_ms, expected_rate } => {
                 if available == 0 {
                     return None;
                 }
-                let window =
-                    &self.arrivals_per_interval[k.saturating_sub(5).min(self.arrivals_per_interval.len())..];
+                // The rate over the last five complete intervals (the one just begun has
+                // hardly any arrivals yet), as `bench-serve`'s simulator observes it.
                 let interval_s = self.settings.scale.wall_interval.as_secs_f64();
-                let rate = if window.is_empty() {
-                    0.0
+                let rate = if k == 0 {
+                    expected_rate.unwrap_or(0.0)
                 } else {
-                    window.iter().sum::<u64>() as f64 / (window.len() as f64 * interval_s)
+                    let first = k.saturating_sub(5);
+                    let arrived: u64 = (first..k).filter_map(|i| self.arrivals_per_interval.get(i)).sum();
+                    arrived as f64 / ((k - first) as f64 * interval_s)
                 };
                 let current = self.placement.as_ref().map(|p| ServingConfig {
                     data_parallel: p.shape.dp as u32,
@@ -858,9 +943,12 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// One decode iteration on every busy replica, concurrently.
-    async fn iterate(&mut self) {
+    /// One decode iteration on every busy replica, concurrently; its time is recorded from
+    /// `started`.
+    async fn iterate(&mut self, started: Instant) {
         let Some(placement) = self.placement.clone() else { return };
+        let mut largest = 0;
+        let mut prefill = false;
         let mut commands = BTreeMap::new();
         let mut in_flight: Vec<(usize, u64, HashSet<WorkerId>)> = Vec::new();
         for (r, replica) in self.replicas.iter_mut() {
@@ -877,11 +965,13 @@ impl<'a> Engine<'a> {
                         release.push(q.job.id);
                         q.stale = false;
                     }
+                    prefill |= q.cached == 0;
                     let tokens =
                         if q.cached == 0 { q.context() } else { vec![*q.generated.last().expect("cached")] };
                     SeqStep { request: q.job.id, tokens, start: q.cached, sampling: q.job.sampling }
                 })
                 .collect();
+            largest = largest.max(seqs.len());
             let workers: HashSet<WorkerId> = placement.replica_workers(*r).into_iter().collect();
             for w in &workers {
                 commands.insert(
@@ -898,7 +988,23 @@ impl<'a> Engine<'a> {
         self.fleet.shared.set_iterations(in_flight.iter().map(|(_, i, w)| (*i, w.clone())).collect());
         let replies = self.fleet.call_many(commands, self.settings.command_timeout).await;
         self.fleet.shared.set_iterations(Vec::new());
+        let worker_ms = replies
+            .values()
+            .filter_map(|reply| match reply {
+                Ok(Reply::ServeStepped { millis, .. }) => Some(*millis),
+                _ => None,
+            })
+            .fold(0.0, f64::max);
+        let key = IterationKey {
+            tp: placement.shape.tp,
+            pp: placement.shape.pp,
+            batch: self.batch,
+            largest,
+            busy: in_flight.len(),
+            prefill,
+        };
         let mode = self.settings.recovery;
+        let mut any_failed = false;
         for (r, _, workers) in in_flight {
             self.stats.iterations += 1;
             let last = placement.worker_at(ServeSlot { replica: r, stage: placement.shape.pp - 1, rank: 0 });
@@ -927,6 +1033,7 @@ impl<'a> Engine<'a> {
                 _ => {
                     // The replica's caches may be half-updated: every request recomputes.
                     self.stats.failed_iterations += 1;
+                    any_failed = true;
                     for q in replica.batch.iter_mut() {
                         q.interrupt(mode == RecoveryMode::Token, &mut self.stats);
                     }
@@ -978,6 +1085,10 @@ impl<'a> Engine<'a> {
                 self.stats.completed += 1;
                 let _ = q.job.events.send(JobEvent::Done { reason });
             }
+        }
+        // A failed iteration times the failure, not the model: it is no profile data.
+        if !any_failed {
+            self.stats.iteration_times.record(key, started.elapsed().as_secs_f64() * 1000.0, worker_ms);
         }
     }
 }
