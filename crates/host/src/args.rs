@@ -76,6 +76,36 @@ impl ReplayArgs {
     }
 }
 
+/// Where the local worker processes of `serve` and `profile-serving` start and how long
+/// each may take to answer.
+#[derive(Debug, Args)]
+pub struct LocalWorkerArgs {
+    /// Address the host listens on for workers.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: std::net::SocketAddr,
+    /// The worker binary (default: `parcae-worker` next to this executable).
+    #[arg(long)]
+    pub worker_bin: Option<PathBuf>,
+    /// Device the local workers compute on: cpu, cuda, or auto.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Seconds a worker may take to answer one command before it is counted lost.
+    #[arg(long, default_value_t = 30.0)]
+    pub command_timeout: f64,
+}
+
+impl LocalWorkerArgs {
+    /// How long a worker may take to answer one command (errors on a bad number).
+    pub fn command_timeout(&self) -> anyhow::Result<Duration> {
+        anyhow::ensure!(
+            self.command_timeout.is_finite() && self.command_timeout > 0.0,
+            "--command-timeout {}: must be a number of seconds > 0",
+            self.command_timeout
+        );
+        Ok(Duration::from_secs_f64(self.command_timeout))
+    }
+}
+
 /// How to read a trace.
 #[derive(Debug, Args)]
 pub struct TraceInput {

@@ -23,7 +23,6 @@
 //! that `parcae-worker profile-serving` measures first for the same model (or `--base`).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -36,6 +35,7 @@ use parcae_cluster::serving::WeightSource;
 use parcae_profile::{ContentionEntry, PipelineHop, ServingProfileData, TimingEntry, WorkloadEntry};
 use tokio::sync::{mpsc, watch};
 
+use crate::args::LocalWorkerArgs;
 use crate::checkpoints::Checkpoints;
 use crate::processes::{run_child, worker_bin};
 use crate::serving::api::{EngineHandle, EngineStatus, ModelCard, until_ready};
@@ -88,18 +88,9 @@ pub struct ProfileServingArgs {
     /// Directory for worker identities and logs.
     #[arg(long, default_value = "out/profile-serving")]
     pub run_dir: PathBuf,
-    /// Address the host listens on for workers.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: SocketAddr,
-    /// The worker binary (default: `parcae-worker` next to this executable).
-    #[arg(long)]
-    pub worker_bin: Option<PathBuf>,
-    /// Device the local workers compute on: cpu, cuda, or auto.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Seconds a worker may take to answer one command before it is counted lost.
-    #[arg(long, default_value_t = 30.0)]
-    pub command_timeout: f64,
+    #[command(flatten)]
+    /// The local worker processes.
+    pub workers: LocalWorkerArgs,
 }
 
 /// `parcae-host profile-serving`.
@@ -155,7 +146,7 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
             eprintln!(
                 "profile-serving: one worker's layers, transfers and start (parcae-worker profile-serving)"
             );
-            let mut worker = Command::new(worker_bin(args.worker_bin.as_deref())?);
+            let mut worker = Command::new(worker_bin(args.workers.worker_bin.as_deref())?);
             worker
                 .args(["profile-serving", "--input-tokens", &args.prompt_tokens.to_string(), "--out"])
                 .arg(&path);
@@ -209,17 +200,17 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
         intervals as f64 * args.seconds_per_config + 5.0
     );
 
-    let command_timeout = Duration::from_secs_f64(args.command_timeout);
+    let command_timeout = args.workers.command_timeout()?;
     let store = Checkpoints::open(
         &std::path::absolute(&args.run_dir).context("locating the run directory")?.display().to_string(),
         None,
     )?
     .for_workers();
     let mut local = LocalServing::start(LocalOptions {
-        listen: args.listen,
-        worker_bin: args.worker_bin.as_deref(),
+        listen: args.workers.listen,
+        worker_bin: args.workers.worker_bin.as_deref(),
         run_dir: &args.run_dir,
-        device: &args.device,
+        device: &args.workers.device,
         command_timeout,
         store,
     })?;

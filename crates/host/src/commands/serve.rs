@@ -21,9 +21,9 @@ use parcae_serve_sim::{Fleet, Recovery, ServeSetup};
 use parcae_serving_core::estimate::shapes;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
-use tracing::info;
+use tracing::{info, warn};
 
-use crate::args::{ReplayArgs, SandboxArgs};
+use crate::args::{LocalWorkerArgs, ReplayArgs, SandboxArgs};
 use crate::checkpoints::Checkpoints;
 use crate::embedded::WORKER_SERVING_PROFILE;
 use crate::policies::load_serving;
@@ -81,21 +81,12 @@ pub struct ServeArgs {
     /// Where the HTTP API listens (port 0: any free port; the address is printed).
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub http: SocketAddr,
-    /// Address the host listens on for workers.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: SocketAddr,
     /// Directory for worker identities and logs.
     #[arg(long, default_value = "out/serve")]
     pub run_dir: PathBuf,
-    /// The worker binary (default: `parcae-worker` next to this executable).
-    #[arg(long)]
-    pub worker_bin: Option<PathBuf>,
-    /// Device the local workers compute on: cpu, cuda, or auto.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Seconds a worker may take to answer one command before it is counted lost.
-    #[arg(long, default_value_t = 30.0)]
-    pub command_timeout: f64,
+    #[command(flatten)]
+    /// The local worker processes.
+    pub workers: LocalWorkerArgs,
     /// Seconds requests still in flight when the replay ends may take to finish.
     #[arg(long, default_value_t = 10.0)]
     pub drain_seconds: f64,
@@ -314,7 +305,7 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
 
     let run_dir = args.run_dir.join(mode_name(mode));
     crate::workers::prepare_run_dir(&run_dir)?;
-    let command_timeout = Duration::from_secs_f64(args.command_timeout);
+    let command_timeout = args.workers.command_timeout()?;
     let store = match &checkpoints {
         Some(c) => c.for_workers(),
         None => Checkpoints::open(
@@ -324,10 +315,10 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
         .for_workers(),
     };
     let mut local = LocalServing::start(LocalOptions {
-        listen: args.listen,
-        worker_bin: args.worker_bin.as_deref(),
+        listen: args.workers.listen,
+        worker_bin: args.workers.worker_bin.as_deref(),
         run_dir: &run_dir,
-        device: &args.device,
+        device: &args.workers.device,
         command_timeout,
         store,
     })?;
@@ -395,10 +386,10 @@ async fn serve_once(args: &ServeArgs, mode: RecoveryMode) -> anyhow::Result<Serv
     let predicted = match (&planned, &load, load_started.await) {
         (Some(planned), Some(load), Ok(offset)) => {
             let replay = Replayed { series: &series, intervals, scale, grace, offset };
-            Some(
-                predict(args, planned, &replay, load)
-                    .context("predicting the run with bench-serve's model")?,
-            )
+            // The measurement stands whatever the prediction does.
+            predict(args, planned, &replay, load)
+                .inspect_err(|e| warn!("predicting the run with bench-serve's model: {e:#}"))
+                .ok()
         }
         _ => None,
     };
