@@ -101,9 +101,9 @@ pub fn run(args: &ProfileServingArgs) -> anyhow::Result<()> {
 
 /// The configurations walked: the batch sizes alone, the pipeline depths and the replica
 /// counts at the middle batch.
-fn walk(args: &ProfileServingArgs, layers: usize, mid: usize) -> Vec<ScriptedConfig> {
+fn walk(args: &ProfileServingArgs, batches: &[usize], layers: usize, mid: usize) -> Vec<ScriptedConfig> {
     let one = |dp, pp, batch| ScriptedConfig { dp, tp: 1, pp, batch };
-    let mut configs: Vec<ScriptedConfig> = args.batches.iter().map(|&b| one(1, 1, b)).collect();
+    let mut configs: Vec<ScriptedConfig> = batches.iter().map(|&b| one(1, 1, b)).collect();
     configs.extend(depths(layers, args.instances).map(|pp| one(1, pp, mid)));
     configs.extend((2..=args.instances).map(|dp| one(dp, 1, mid)));
     configs
@@ -174,7 +174,7 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
     let mid = batches[(batches.len() - 1) / 2];
 
     // The script: a warm-up interval, then the walk, forth and back.
-    let configs = walk(args, layers, mid);
+    let configs = walk(args, &batches, layers, mid);
     let mut script = vec![Some(ScriptedConfig { dp: 1, tp: 1, pp: 1, batch: mid })];
     for pass in 0..args.passes {
         let mut order = configs.clone();
