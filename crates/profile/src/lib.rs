@@ -33,7 +33,7 @@ pub use error::{Position, ProfileError};
 pub use partition::{PartitionError, max_stages, partition, stage_layer_counts, stage_partition};
 pub use profile::{Arch, Instance, LayerParams, ModelEntry, Profile, ProfileFile, ThroughputEntry};
 pub use serving::{
-    ContentionEntry, PipelineHop, Reconfiguration, ServingInstance, ServingProfileData, ServingProfileFile,
-    TimingEntry, WorkloadEntry,
+    BatchContention, ContentionEntry, LightLoadEntry, PipelineHop, Reconfiguration, ServingInstance,
+    ServingProfileData, ServingProfileFile, TimingEntry, WorkloadEntry,
 };
 pub use transfer::{CurveError, TransferCurve, transfer_ms, transfer_us};

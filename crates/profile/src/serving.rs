@@ -50,6 +50,10 @@ pub struct ServingProfileFile {
     /// each). The serving simulator applies it; policies plan without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contention: Option<ContentionEntry>,
+    /// What an iteration costs on top when the engine is not saturated (no request waiting),
+    /// measured on the deployment; absent: nothing. The serving simulator applies it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub light_load: Option<LightLoadEntry>,
 }
 
 /// Replicas sharing a machine: local worker processes on fewer cores than replicas.
@@ -58,6 +62,37 @@ pub struct ServingProfileFile {
 pub struct ContentionEntry {
     /// Entry `i`: an iteration's time with `i + 1` replicas iterating together over its
     /// time with one (the first entry is 1); beyond the last entry the last step repeats.
+    pub slowdown_by_busy_replicas: Vec<f64>,
+    /// The same table per batch size, ascending (contention depends on the batch: the
+    /// host's round trip weighs more beside a small one); `slowdown_by_busy_replicas`
+    /// covers sizes these do not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_batch: Vec<BatchContention>,
+}
+
+/// One batch size's contention table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchContention {
+    /// Requests per batch.
+    pub batch: u32,
+    /// Entry `i`: the iteration with `i + 1` replicas busy over the one with one.
+    pub slowdown_by_busy_replicas: Vec<f64>,
+}
+
+/// An engine with nobody waiting: its processes sleep between requests and wake for each,
+/// where a saturated engine's stay hot, so its iterations take longer and contend
+/// differently.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LightLoadEntry {
+    /// Added to a batch's prefill iteration, ms.
+    pub prefill_extra_ms: f64,
+    /// Added to each of its decode steps, ms.
+    pub decode_extra_ms: f64,
+    /// Entry `i`: such an iteration with `i + 1` replicas busy over the one with one, as
+    /// far as measured (batch 1); empty: the saturated tables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slowdown_by_busy_replicas: Vec<f64>,
 }
 
@@ -195,6 +230,18 @@ impl ServingProfileData {
         self.data.contention.as_ref().map(|c| c.slowdown_by_busy_replicas.clone()).unwrap_or_default()
     }
 
+    /// Per-batch contention tables, ascending by batch size (empty when not measured).
+    pub fn slowdown_by_batch(&self) -> Vec<(u32, Vec<f64>)> {
+        self.data.contention.as_ref().map_or_else(Vec::new, |c| {
+            c.by_batch.iter().map(|b| (b.batch, b.slowdown_by_busy_replicas.clone())).collect()
+        })
+    }
+
+    /// The light-load extras, if measured.
+    pub fn light_load(&self) -> Option<LightLoadEntry> {
+        self.data.light_load.clone()
+    }
+
     /// The request shape the file suggests, if it names one.
     pub fn workload(&self) -> Option<Workload> {
         self.data.workload.map(|w| Workload { input_tokens: w.input_tokens, output_tokens: w.output_tokens })
@@ -219,6 +266,17 @@ fn non_negative(file: &Path, path: &str, value: f64) -> Result<(), ProfileError>
 
 fn at_least_one(file: &Path, path: &str, value: u64) -> Result<(), ProfileError> {
     if value >= 1 { Ok(()) } else { Err(ProfileError::invalid(file, path, "must be >= 1")) }
+}
+
+/// A slowdown table: starts at 1 (one replica busy), every entry finite and positive.
+fn slowdown_table(file: &Path, path: &str, table: &[f64]) -> Result<(), ProfileError> {
+    if table.first() != Some(&1.0) {
+        return Err(ProfileError::invalid(file, path, "must start with 1 (one replica busy)"));
+    }
+    for (i, &s) in table.iter().enumerate() {
+        positive(file, &format!("{path}[{i}]"), s)?;
+    }
+    Ok(())
 }
 
 fn validate(d: &ServingProfileFile, file: &Path) -> Result<(), ProfileError> {
@@ -274,11 +332,28 @@ fn validate(d: &ServingProfileFile, file: &Path) -> Result<(), ProfileError> {
     }
     if let Some(c) = &d.contention {
         let path = "contention.slowdown_by_busy_replicas";
-        if c.slowdown_by_busy_replicas.first() != Some(&1.0) {
-            return Err(ProfileError::invalid(file, path, "must start with 1 (one replica busy)"));
+        slowdown_table(file, path, &c.slowdown_by_busy_replicas)?;
+        for (k, b) in c.by_batch.iter().enumerate() {
+            at_least_one(file, &format!("contention.by_batch[{k}].batch"), b.batch.into())?;
+            if k > 0 && c.by_batch[k - 1].batch >= b.batch {
+                return Err(ProfileError::invalid(
+                    file,
+                    format!("contention.by_batch[{k}].batch"),
+                    format!("batch {} after batch {}: sizes must ascend", b.batch, c.by_batch[k - 1].batch),
+                ));
+            }
+            slowdown_table(
+                file,
+                &format!("contention.by_batch[{k}].slowdown_by_busy_replicas"),
+                &b.slowdown_by_busy_replicas,
+            )?;
         }
-        for (i, &s) in c.slowdown_by_busy_replicas.iter().enumerate() {
-            positive(file, &format!("{path}[{i}]"), s)?;
+    }
+    if let Some(l) = &d.light_load {
+        non_negative(file, "light_load.prefill_extra_ms", l.prefill_extra_ms)?;
+        non_negative(file, "light_load.decode_extra_ms", l.decode_extra_ms)?;
+        if !l.slowdown_by_busy_replicas.is_empty() {
+            slowdown_table(file, "light_load.slowdown_by_busy_replicas", &l.slowdown_by_busy_replicas)?;
         }
     }
     Ok(())
@@ -318,6 +393,23 @@ mod tests {
         );
         let p = ServingProfileData::from_json(&contended, "good.json").unwrap();
         assert_eq!(p.slowdown_by_busy_replicas(), vec![1.0, 1.4, 2.1]);
+        assert!(p.slowdown_by_batch().is_empty() && p.light_load().is_none());
+        let measured = GOOD.replace(
+            "\"workload\"",
+            "\"contention\": {\"slowdown_by_busy_replicas\": [1, 1.4], \"by_batch\": [\
+             {\"batch\": 1, \"slowdown_by_busy_replicas\": [1, 1.6]}, {\"batch\": 4, \"slowdown_by_busy_replicas\": [1, 1.2]}]}, \
+             \"light_load\": {\"prefill_extra_ms\": 0.7, \"decode_extra_ms\": 0.09}, \"workload\"",
+        );
+        let p = ServingProfileData::from_json(&measured, "good.json").unwrap();
+        assert_eq!(p.slowdown_by_batch(), vec![(1, vec![1.0, 1.6]), (4, vec![1.0, 1.2])]);
+        assert_eq!(
+            p.light_load(),
+            Some(LightLoadEntry {
+                prefill_extra_ms: 0.7,
+                decode_extra_ms: 0.09,
+                slowdown_by_busy_replicas: vec![]
+            })
+        );
     }
 
     #[test]
@@ -341,6 +433,37 @@ mod tests {
                     "\"contention\": {\"slowdown_by_busy_replicas\": [1, -3]}, \"workload\"",
                 ),
                 "contention.slowdown_by_busy_replicas[1]",
+            ),
+            (
+                GOOD.replace(
+                    "\"workload\"",
+                    "\"contention\": {\"slowdown_by_busy_replicas\": [1], \"by_batch\": [\
+                     {\"batch\": 2, \"slowdown_by_busy_replicas\": [1]}, {\"batch\": 2, \"slowdown_by_busy_replicas\": [1]}]}, \"workload\"",
+                ),
+                "contention.by_batch[1].batch",
+            ),
+            (
+                GOOD.replace(
+                    "\"workload\"",
+                    "\"contention\": {\"slowdown_by_busy_replicas\": [1], \"by_batch\": [\
+                     {\"batch\": 2, \"slowdown_by_busy_replicas\": [1.5]}]}, \"workload\"",
+                ),
+                "contention.by_batch[0].slowdown_by_busy_replicas",
+            ),
+            (
+                GOOD.replace(
+                    "\"workload\"",
+                    "\"light_load\": {\"prefill_extra_ms\": -0.1, \"decode_extra_ms\": 0}, \"workload\"",
+                ),
+                "light_load.prefill_extra_ms",
+            ),
+            (
+                GOOD.replace(
+                    "\"workload\"",
+                    "\"light_load\": {\"prefill_extra_ms\": 1, \"decode_extra_ms\": 0, \
+                     \"slowdown_by_busy_replicas\": [1, 0]}, \"workload\"",
+                ),
+                "light_load.slowdown_by_busy_replicas[1]",
             ),
         ];
         for (text, path) in cases {

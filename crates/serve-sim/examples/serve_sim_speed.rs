@@ -99,7 +99,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         horizon: 4,
         spot_price_per_hour: 1.9046,
         on_demand_price_per_hour: 3.912,
-        slowdown_by_busy_replicas: Vec::new(),
+        machine: Default::default(),
     };
     let fleet = fleet(notice_s * 1000.0);
     let duration = INTERVALS as f64 * INTERVAL_MS as f64;

@@ -16,7 +16,7 @@ use rand::{RngExt, SeedableRng};
 use crate::placement::{Gpu, Held, Slicing, place, position};
 use crate::{
     Fleet, IntervalRecord, MAX_HORIZON, Recovery, RequestRecord, ServeOutcome, ServeSetup, ServeSimError,
-    summarize,
+    SharedMachine, summarize,
 };
 
 /// Intervals the observed arrival rate is averaged over: one interval of a
@@ -126,6 +126,8 @@ struct Batch {
     /// prefill (its iteration yields a token for every member, as `serve`'s engine does),
     /// else 0.
     first: u32,
+    /// Started with nobody waiting (the light-load terms apply).
+    light: bool,
     pace: Pace,
 }
 
@@ -219,6 +221,53 @@ impl Ord for Event {
     }
 }
 
+/// The shared-machine terms: every slowdown a finite positive number, the per-batch tables
+/// for distinct ascending batch sizes, the light-load extras finite and not negative.
+fn validate_machine(machine: &SharedMachine) -> Result<(), ServeSimError> {
+    let tables = [
+        ("slowdown_by_busy_replicas".to_string(), &machine.slowdown_by_busy_replicas),
+        ("light_load.slowdown_by_busy_replicas".to_string(), &machine.light_load.slowdown_by_busy_replicas),
+    ]
+    .into_iter()
+    .chain(
+        machine
+            .slowdown_by_batch
+            .iter()
+            .enumerate()
+            .map(|(k, (_, t))| (format!("slowdown_by_batch[{k}]"), t)),
+    );
+    for (field, table) in tables {
+        for (i, &value) in table.iter().enumerate() {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(ServeSimError::invalid(
+                    format!("{field}[{i}]"),
+                    format!("{value} must be a finite number > 0"),
+                ));
+            }
+        }
+    }
+    for (k, pair) in machine.slowdown_by_batch.windows(2).enumerate() {
+        if pair[0].0 >= pair[1].0 {
+            return Err(ServeSimError::invalid(
+                format!("slowdown_by_batch[{}]", k + 1),
+                format!("batch {} after batch {}: sizes must ascend", pair[1].0, pair[0].0),
+            ));
+        }
+    }
+    if let Some((k, _)) = machine.slowdown_by_batch.iter().enumerate().find(|(_, (b, _))| *b == 0) {
+        return Err(ServeSimError::invalid(format!("slowdown_by_batch[{k}]"), "batch 0: must be at least 1"));
+    }
+    for (field, value) in [
+        ("light_load.prefill_extra_ms", machine.light_load.prefill_extra_ms),
+        ("light_load.decode_extra_ms", machine.light_load.decode_extra_ms),
+    ] {
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(ServeSimError::invalid(field, format!("{value} must be a finite number >= 0")));
+        }
+    }
+    Ok(())
+}
+
 /// Checks every input; the first problem found, naming its field.
 fn validate(setup: &ServeSetup, fleet: &Fleet, arrivals_ms: &[f64]) -> Result<(), ServeSimError> {
     let p = &setup.profile;
@@ -255,14 +304,7 @@ fn validate(setup: &ServeSetup, fleet: &Fleet, arrivals_ms: &[f64]) -> Result<()
             format!("{} must be a finite number > 0", setup.latency_slo_ms),
         ));
     }
-    for (i, &value) in setup.slowdown_by_busy_replicas.iter().enumerate() {
-        if !(value.is_finite() && value > 0.0) {
-            return Err(ServeSimError::invalid(
-                format!("slowdown_by_busy_replicas[{i}]"),
-                format!("{value} must be a finite number > 0"),
-            ));
-        }
-    }
+    validate_machine(&setup.machine)?;
     if !(1..=MAX_HORIZON).contains(&setup.horizon) {
         return Err(ServeSimError::invalid(
             "horizon",
@@ -661,7 +703,8 @@ impl<'a> Sim<'a> {
         let (Some(config), Some(est)) = (self.config, self.est) else { return };
         let output = self.output_tokens();
         let batch_size = config.batch_size.max(1) as usize;
-        let contended = !self.setup.slowdown_by_busy_replicas.is_empty();
+        let machine = &self.setup.machine;
+        let contended = machine.contended();
         let mut busy = if contended { self.busy_replicas() } else { 0 };
         while !self.queue.is_empty() {
             let Some(r) = self.idle.pop() else { break };
@@ -686,9 +729,16 @@ impl<'a> Sim<'a> {
                 most = most.max(rem);
                 members.push(Member { req: id, had_kv: q.has_kv, rem });
             }
-            let slowdown = self.setup.slowdown(busy + 1);
-            let prefill_work = if needs_prefill { est.prefill_ms } else { 0.0 };
-            let step_work = est.decode_step_ms;
+            // An engine with nobody left waiting sleeps between requests and pays to wake.
+            let light = self.queue.is_empty();
+            let slowdown = machine.slowdown(busy + 1, members.len(), light);
+            let (prefill_extra, step_extra) = if light {
+                (machine.light_load.prefill_extra_ms, machine.light_load.decode_extra_ms)
+            } else {
+                (0.0, 0.0)
+            };
+            let prefill_work = if needs_prefill { est.prefill_ms + prefill_extra } else { 0.0 };
+            let step_work = est.decode_step_ms + step_extra;
             if rep.notice_seen && start + (prefill_work + step_work) * slowdown > rep.stop_at {
                 // Too close to its migration to make progress: it takes no
                 // more batches; the requests go back in order.
@@ -701,8 +751,15 @@ impl<'a> Sim<'a> {
             rep.seq += 1;
             let seq = rep.seq;
             let first = u32::from(needs_prefill);
-            let batch =
-                Batch { members, start, prefill_work, step_work, first, pace: Pace::new(start, slowdown) };
+            let batch = Batch {
+                members,
+                start,
+                prefill_work,
+                step_work,
+                first,
+                light,
+                pace: Pace::new(start, slowdown),
+            };
             let end = batch.end();
             rep.batch = Some(batch);
             busy += 1;
@@ -720,13 +777,15 @@ impl<'a> Sim<'a> {
     /// replicas busy now: when that count changes, each batch's remaining work is retimed
     /// and its completion rescheduled.
     fn repace(&mut self, now: f64) {
-        if self.setup.slowdown_by_busy_replicas.is_empty() {
+        let machine = &self.setup.machine;
+        if !machine.contended() {
             return;
         }
-        let slowdown = self.setup.slowdown(self.busy_replicas());
+        let busy = self.busy_replicas();
         let mut moved = Vec::new();
         for (r, rep) in self.replicas.iter_mut().enumerate() {
             let Some(b) = rep.batch.as_mut() else { continue };
+            let slowdown = machine.slowdown(busy, b.members.len(), b.light);
             if rep.destroyed || b.pace.slowdown() == slowdown {
                 continue;
             }

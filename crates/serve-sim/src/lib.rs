@@ -28,9 +28,11 @@
 //! one the prefill's iteration yields for every member)`; a
 //! partial batch takes the full batch's times (conservative). A request's
 //! first token comes at the end of its batch's prefill, its last after its own
-//! remaining steps. Where replicas share a machine's cores (the profile's
-//! `contention`), a batch's times are multiplied by the measured slowdown for
-//! the replicas busy when it starts. The simulation is event-driven (a binary heap of batch
+//! remaining steps. Where replicas share a machine's cores ([`SharedMachine`], the
+//! profile's `contention`), a batch advances at the measured slowdown for its
+//! batch size and the replicas busy at each moment, retimed whenever that
+//! count changes; a batch started with no request left waiting (an engine
+//! that is not saturated) also pays the profile's `light_load` per iteration. The simulation is event-driven (a binary heap of batch
 //! completions, replica start-ups, preemption notices and stops), not
 //! time-stepped.
 //!
@@ -224,25 +226,92 @@ pub struct ServeSetup {
     pub spot_price_per_hour: f64,
     /// Price of one on-demand instance, USD per hour.
     pub on_demand_price_per_hour: f64,
-    /// Replicas contending for one machine (worker processes on fewer cores than replicas):
-    /// entry `i` multiplies a batch's prefill and step times when `i + 1` replicas are busy
-    /// as it starts; past the last entry the last step repeats. Empty: no contention (each
-    /// replica on its own GPUs).
+    /// How replicas that share one machine behave (worker processes on fewer cores than
+    /// replicas), measured by `parcae-host profile-serving`; the default (nothing measured)
+    /// is each replica on its own GPUs.
+    pub machine: SharedMachine,
+}
+
+/// A deployment whose replicas share a machine: how they slow each other and how an
+/// engine that is not saturated pays for waking up. Measured, not modelled: these are the
+/// terms of `parcae-host profile-serving`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SharedMachine {
+    /// Entry `i` multiplies a batch's prefill and step times while `i + 1` replicas are
+    /// busy; past the last entry the last step repeats. Used for batch sizes
+    /// [`Self::slowdown_by_batch`] does not cover; empty: no contention.
+    pub slowdown_by_busy_replicas: Vec<f64>,
+    /// The same table per batch size (ascending): contention depends on the batch (the
+    /// host's round trip weighs more beside small batches). A batch between two measured
+    /// sizes interpolates linearly; outside them it takes the nearest.
+    pub slowdown_by_batch: Vec<(u32, Vec<f64>)>,
+    /// What an iteration costs on top when no request waits in the queue.
+    pub light_load: LightLoad,
+}
+
+/// An engine that is not saturated (no request waiting when a batch starts): its processes
+/// sleep between requests and wake for each one, where a saturated engine's stay hot, so
+/// its iterations take longer and contend differently. Nothing where that was not measured.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LightLoad {
+    /// Added to the prefill iteration of a batch started with an empty queue, ms.
+    pub prefill_extra_ms: f64,
+    /// Added to every decode step of such a batch, ms.
+    pub decode_extra_ms: f64,
+    /// Such a batch's slowdown with `i + 1` replicas busy (measured at batch 1); past its
+    /// end the saturated table's steps continue from its last entry. Empty: the saturated
+    /// tables.
     pub slowdown_by_busy_replicas: Vec<f64>,
 }
 
-impl ServeSetup {
-    /// The slowdown of a batch that starts while `busy` replicas (itself included) compute.
-    pub fn slowdown(&self, busy: usize) -> f64 {
-        let table = &self.slowdown_by_busy_replicas;
-        match (busy, table.len()) {
-            (_, 0) | (0, _) => 1.0,
-            (n, len) if n <= len => table[n - 1],
-            (_, 1) => table[0],
-            (n, len) => {
-                let step = table[len - 1] - table[len - 2];
-                table[len - 1] + step * (n - len) as f64
-            }
+impl SharedMachine {
+    /// Whether replicas slow each other at all.
+    pub fn contended(&self) -> bool {
+        !self.slowdown_by_busy_replicas.is_empty() || !self.slowdown_by_batch.is_empty()
+    }
+
+    /// The slowdown of a batch of `batch` requests while `busy` replicas (itself included)
+    /// compute; `light`: the batch started with nobody waiting.
+    pub fn slowdown(&self, busy: usize, batch: usize, light: bool) -> f64 {
+        let table = &self.light_load.slowdown_by_busy_replicas;
+        if !light || table.is_empty() || busy == 0 {
+            return self.saturated(busy, batch);
+        }
+        if busy <= table.len() {
+            return table[busy - 1];
+        }
+        let last = table.len();
+        table[last - 1] * self.saturated(busy, batch) / self.saturated(last, batch)
+    }
+
+    /// The saturated tables' slowdown.
+    fn saturated(&self, busy: usize, batch: usize) -> f64 {
+        let sizes = &self.slowdown_by_batch;
+        let Some(hi) = sizes.iter().position(|(b, _)| *b as usize >= batch) else {
+            return match sizes.last() {
+                Some((_, table)) => table_slowdown(table, busy),
+                None => table_slowdown(&self.slowdown_by_busy_replicas, busy),
+            };
+        };
+        let (b_hi, t_hi) = &sizes[hi];
+        if hi == 0 || *b_hi as usize == batch {
+            return table_slowdown(t_hi, busy);
+        }
+        let (b_lo, t_lo) = &sizes[hi - 1];
+        let w = (batch as f64 - f64::from(*b_lo)) / f64::from(b_hi - b_lo);
+        (1.0 - w) * table_slowdown(t_lo, busy) + w * table_slowdown(t_hi, busy)
+    }
+}
+
+/// Entry `busy - 1` of `table`, extrapolating its last step; 1 for an empty table.
+fn table_slowdown(table: &[f64], busy: usize) -> f64 {
+    match (busy, table.len()) {
+        (_, 0) | (0, _) => 1.0,
+        (n, len) if n <= len => table[n - 1],
+        (_, 1) => table[0],
+        (n, len) => {
+            let step = table[len - 1] - table[len - 2];
+            table[len - 1] + step * (n - len) as f64
         }
     }
 }

@@ -4,7 +4,8 @@
 //! conservation over random fleets, and the fallback for a failing policy.
 
 use parcae_serve_sim::{
-    Fleet, Recovery, ServeOutcome, ServeSetup, ServeSimError, gamma_arrivals, simulate, simulate_on_demand,
+    Fleet, LightLoad, Recovery, ServeOutcome, ServeSetup, ServeSimError, SharedMachine, gamma_arrivals,
+    simulate, simulate_on_demand,
 };
 use parcae_serving_core::{
     ServePlan, ServeRequest, ServingConfig, ServingOptimizer, ServingProfile, SpotServe, Workload, estimate,
@@ -29,7 +30,7 @@ fn setup() -> ServeSetup {
         horizon: 3,
         spot_price_per_hour: 1.5,
         on_demand_price_per_hour: 4.0,
-        slowdown_by_busy_replicas: Vec::new(),
+        machine: SharedMachine::default(),
     }
 }
 
@@ -140,20 +141,27 @@ fn calm_fleet_serves_at_the_model_latency_and_bills_exactly() {
     assert!(o.intervals[1..].iter().all(|i| i.paused_ms == 0.0 && i.config == Some(c)));
 }
 
+/// Pairs of requests far apart (every 60 s) on two replicas of batch 1, the second of each
+/// arriving halfway through the first: the outcome, the latency of a request alone, the
+/// fleet, the arrivals and the configuration.
+fn overlapping_pairs(setup: &ServeSetup) -> (ServeOutcome, f64, Fleet, Vec<f64>, ServingConfig) {
+    let fleet = fleet(&[3; 10], 0.0);
+    let c = config(2, 4, 1, 1);
+    let l = estimate(&setup.profile, &c, &WORK).unwrap().latency_ms;
+    let arrivals: Vec<f64> =
+        (1..9).flat_map(|m| [f64::from(m) * 60_000.0, f64::from(m) * 60_000.0 + l / 2.0]).collect();
+    let o = simulate(setup, &fleet, &arrivals, Recovery::TokenLevel, &mut fixed(c)).unwrap();
+    check_invariants(&o, &arrivals, &fleet, setup);
+    (o, l, fleet, arrivals, c)
+}
+
 /// Replicas that share a machine's cores run at the pace of the replicas busy at each
 /// moment: a request alone for the first half of its work and then beside another runs the
 /// rest 1.5 times slower; the one that joined halfway finishes its last half alone.
 #[test]
 fn contending_replicas_run_at_the_pace_of_the_replicas_busy() {
-    let setup = ServeSetup { slowdown_by_busy_replicas: vec![1.0, 1.5], ..setup() };
-    let fleet = fleet(&[3; 10], 0.0);
-    let c = config(2, 4, 1, 1);
-    let l = estimate(&setup.profile, &c, &WORK).unwrap().latency_ms;
-    // Pairs far apart (every 60 s): the second of each arrives halfway through the first.
-    let arrivals: Vec<f64> =
-        (1..9).flat_map(|m| [f64::from(m) * 60_000.0, f64::from(m) * 60_000.0 + l / 2.0]).collect();
-    let o = simulate(&setup, &fleet, &arrivals, Recovery::TokenLevel, &mut fixed(c)).unwrap();
-    check_invariants(&o, &arrivals, &fleet, &setup);
+    let setup = ServeSetup { machine: table(vec![1.0, 1.5]), ..setup() };
+    let (o, l, fleet, arrivals, c) = overlapping_pairs(&setup);
     for pair in o.requests.chunks(2) {
         // First: l/2 alone, then l/2 of work at 1.5x. Second: 0.75 l beside the first (l/2 of
         // work), then l/2 alone.
@@ -164,7 +172,7 @@ fn contending_replicas_run_at_the_pace_of_the_replicas_busy() {
     }
     // Without a table nothing slows; past the table the last step repeats.
     let calm = simulate(
-        &ServeSetup { slowdown_by_busy_replicas: Vec::new(), ..setup.clone() },
+        &ServeSetup { machine: SharedMachine::default(), ..setup.clone() },
         &fleet,
         &arrivals,
         Recovery::TokenLevel,
@@ -172,8 +180,84 @@ fn contending_replicas_run_at_the_pace_of_the_replicas_busy() {
     )
     .unwrap();
     assert!(calm.requests.iter().all(|r| (r.latency_ms().unwrap() - l).abs() < 1e-6));
-    assert!((setup.slowdown(4) - 2.5).abs() < 1e-12);
-    assert_eq!(ServeSetup { slowdown_by_busy_replicas: Vec::new(), ..setup }.slowdown(7), 1.0);
+    assert!((setup.machine.slowdown(4, 1, false) - 2.5).abs() < 1e-12);
+    assert_eq!(SharedMachine::default().slowdown(7, 3, true), 1.0);
+}
+
+/// One contention table for every batch size.
+fn table(slowdown_by_busy_replicas: Vec<f64>) -> SharedMachine {
+    SharedMachine { slowdown_by_busy_replicas, ..SharedMachine::default() }
+}
+
+/// Per-batch tables: a batch takes its own size's table, interpolates between measured
+/// sizes and takes the nearest outside them; the single table is used only without them.
+#[test]
+fn contention_follows_the_batch_size() {
+    let machine = SharedMachine {
+        slowdown_by_busy_replicas: vec![1.0, 9.0],
+        slowdown_by_batch: vec![(1, vec![1.0, 1.6, 2.2]), (4, vec![1.0, 1.3])],
+        light_load: LightLoad::default(),
+    };
+    assert_eq!(machine.slowdown(2, 1, false), 1.6);
+    assert!((machine.slowdown(2, 2, false) - (1.6 + (1.3 - 1.6) / 3.0)).abs() < 1e-12);
+    assert_eq!(machine.slowdown(2, 8, false), 1.3);
+    assert!((machine.slowdown(3, 4, false) - 1.6).abs() < 1e-12, "the last step repeats");
+    assert_eq!(machine.slowdown(1, 3, false), 1.0);
+    assert_eq!(table(vec![1.0, 9.0]).slowdown(2, 4, false), 9.0);
+    // A batch started with nobody waiting takes the light table, then the saturated
+    // table's steps from its last entry.
+    let light = SharedMachine {
+        light_load: LightLoad { slowdown_by_busy_replicas: vec![1.0, 2.0], ..LightLoad::default() },
+        ..machine.clone()
+    };
+    assert_eq!(light.slowdown(2, 1, true), 2.0);
+    assert!((light.slowdown(3, 1, true) - 2.0 * 2.2 / 1.6).abs() < 1e-12);
+    assert_eq!(light.slowdown(2, 1, false), 1.6);
+    assert_eq!(machine.slowdown(2, 1, true), 1.6, "no light table: the saturated one");
+
+    // In the simulator: the overlapping pairs of the test above, at batch size 1, slow by
+    // the batch-1 table's 1.6 (not the single table's 9).
+    let (o, l, ..) = overlapping_pairs(&ServeSetup { machine, ..setup() });
+    for r in &o.requests {
+        // l/2 alone and l/2 of work at 1.6x (first), or the mirror image (second).
+        let latency = r.latency_ms().unwrap();
+        assert!((latency - 1.3 * l).abs() < 1e-6, "{latency} vs 1.3 x {l}");
+    }
+}
+
+/// An engine that is not saturated pays the light-load extras on every iteration of a
+/// batch started with nobody waiting; batches that leave requests queued do not.
+#[test]
+fn a_light_engine_pays_to_wake_and_a_saturated_one_does_not() {
+    let light =
+        LightLoad { prefill_extra_ms: 3.0, decode_extra_ms: 0.5, slowdown_by_busy_replicas: Vec::new() };
+    let setup = ServeSetup {
+        machine: SharedMachine { light_load: light.clone(), ..SharedMachine::default() },
+        ..setup()
+    };
+    let fleet = fleet(&[1; 10], 0.0);
+    let c = config(1, 4, 1, 1);
+    let est = estimate(&setup.profile, &c, &WORK).unwrap();
+    let steps = f64::from(WORK.output_tokens - 1);
+    // Alone: each request far from the last.
+    let alone: Vec<f64> = (1..9).map(|m| f64::from(m) * 60_000.0).collect();
+    let o = simulate(&setup, &fleet, &alone, Recovery::TokenLevel, &mut fixed(c)).unwrap();
+    check_invariants(&o, &alone, &fleet, &setup);
+    let woken = est.latency_ms + light.prefill_extra_ms + steps * light.decode_extra_ms;
+    for r in &o.requests {
+        assert!((r.latency_ms().unwrap() - woken).abs() < 1e-6, "{:?} vs {woken}", r.latency_ms());
+    }
+    // Three in quick succession on one replica of batch 1: the first starts with nobody
+    // waiting (extra), the second when the first ends with one still waiting (no extra),
+    // the third with nobody waiting (extra).
+    let burst = [60_000.0, 60_001.0, 60_002.0];
+    let o = simulate(&setup, &fleet, &burst, Recovery::TokenLevel, &mut fixed(c)).unwrap();
+    check_invariants(&o, &burst, &fleet, &setup);
+    let done: Vec<f64> = o.requests.iter().map(|r| r.done_ms.unwrap() - 60_000.0).collect();
+    let (l, x) = (est.latency_ms, woken - est.latency_ms);
+    for (got, want) in done.iter().zip([l + x, 2.0 * l + x, 3.0 * l + 2.0 * x]) {
+        assert!((got - want).abs() < 1e-6, "{done:?}");
+    }
 }
 
 /// Test 2: over capacity the queue grows and latencies rise with time, and
@@ -468,6 +552,23 @@ fn bad_inputs_are_errors_naming_the_field() {
     let mut p = setup.clone();
     p.workload.output_tokens = 0;
     assert!(run(&p, &good, &[]).starts_with("workload.output_tokens"));
-    let p = ServeSetup { slowdown_by_busy_replicas: vec![1.0, f64::NAN], ..setup.clone() };
+    let p = ServeSetup { machine: table(vec![1.0, f64::NAN]), ..setup.clone() };
     assert!(run(&p, &good, &[]).starts_with("slowdown_by_busy_replicas[1]"));
+    let unordered =
+        SharedMachine { slowdown_by_batch: vec![(4, vec![1.0]), (2, vec![1.0])], ..table(vec![]) };
+    let p = ServeSetup { machine: unordered, ..setup.clone() };
+    assert!(run(&p, &good, &[]).starts_with("slowdown_by_batch[1]"), "{}", run(&p, &good, &[]));
+    let bad_entry = SharedMachine { slowdown_by_batch: vec![(2, vec![1.0, 0.0])], ..table(vec![]) };
+    let p = ServeSetup { machine: bad_entry, ..setup.clone() };
+    assert!(run(&p, &good, &[]).starts_with("slowdown_by_batch[0][1]"));
+    let negative = SharedMachine {
+        light_load: LightLoad {
+            prefill_extra_ms: 0.0,
+            decode_extra_ms: -1.0,
+            slowdown_by_busy_replicas: Vec::new(),
+        },
+        ..table(vec![])
+    };
+    let p = ServeSetup { machine: negative, ..setup.clone() };
+    assert!(run(&p, &good, &[]).starts_with("light_load.decode_extra_ms"));
 }

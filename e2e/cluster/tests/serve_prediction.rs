@@ -1,6 +1,7 @@
 //! `serve` predicts itself: `parcae-host profile-serving` measures the deployment (real
 //! worker processes behind the HTTP front end, walked through batch sizes, pipeline depths
-//! and replica counts) and writes a serving profile with its contention table; `serve` plans
+//! and replica counts, then requests one at a time) and writes a serving profile with its
+//! contention tables and light-load extras; `serve` plans
 //! with that profile under a load and reports `bench-serve`'s prediction of the same run
 //! (the same accepted requests, trace, policy and profile) beside what its clients measured.
 
@@ -35,6 +36,12 @@ fn a_measured_deployment_profile_makes_serve_predict_itself() {
     let slowdown = measured.slowdown_by_busy_replicas();
     assert_eq!(slowdown.len(), 3, "one entry per replica count up to the fleet: {slowdown:?}");
     assert_eq!(slowdown[0], 1.0);
+    let by_batch = measured.slowdown_by_batch();
+    assert_eq!(by_batch.iter().map(|(b, _)| *b).collect::<Vec<_>>(), vec![1, 2], "one table per batch size");
+    assert!(by_batch.iter().all(|(_, t)| t.len() == 3 && t[0] == 1.0), "{by_batch:?}");
+    let light = measured.light_load().expect("batch 1 measured: the light-load phase ran");
+    assert!(light.prefill_extra_ms >= 0.0 && light.decode_extra_ms >= 0.0, "{light:?}");
+    assert!(stdout.contains("light load, b1"), "{stdout}");
     let timings = &measured.data().layer_timings;
     assert_eq!(timings.iter().map(|t| t.batch).collect::<Vec<_>>(), vec![1, 2]);
     assert!(timings.iter().all(|t| t.prefill_ms > 0.0 && t.decode_ms > 0.0));

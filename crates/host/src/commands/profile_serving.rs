@@ -16,7 +16,13 @@
 //!   model's `layers x per-layer` is the measured iteration);
 //! - the pipeline hop: the extra time per added stage, least squares over every depth;
 //! - contention: the iteration with `n` replicas busy over the one with one, for every `n`
-//!   up to the fleet (the serving simulator applies it; policies plan without it);
+//!   up to the fleet and every batch size (the serving simulator applies it; policies plan
+//!   without it);
+//! - light load: a last phase sends requests one at a time (an open loop at a fraction of
+//!   one replica's capacity) to all the replicas, as a lightly loaded `serve` does; its
+//!   processes sleep between requests and wake for each, so its iterations take longer
+//!   than the saturated walk's. The extra time per prefill and per decode step is the
+//!   profile's `light_load`;
 //! - reinit: the median live reconfiguration of the walk.
 //!
 //! The rest (memory, storage and transfer rates, process start) comes from a base profile
@@ -32,7 +38,10 @@ use clap::Args;
 use comfy_table::{Table, presets};
 use parcae_cluster::ModelSpec;
 use parcae_cluster::serving::WeightSource;
-use parcae_profile::{ContentionEntry, PipelineHop, ServingProfileData, TimingEntry, WorkloadEntry};
+use parcae_profile::{
+    BatchContention, ContentionEntry, LightLoadEntry, PipelineHop, ServingProfileData, TimingEntry,
+    WorkloadEntry,
+};
 use tokio::sync::{mpsc, watch};
 
 use crate::args::LocalWorkerArgs;
@@ -42,7 +51,7 @@ use crate::serving::api::{EngineHandle, EngineStatus, ModelCard, until_ready};
 use crate::serving::engine::{
     Chooser, EngineSettings, IterationGroup, IterationKey, RecoveryMode, ScriptedConfig,
 };
-use crate::serving::loadgen::{LoadSpec, run_closed_loop};
+use crate::serving::loadgen::{LoadSpec, RequestOutcome, run_closed_loop, run_load};
 use crate::serving::local::{LocalOptions, LocalServing};
 use crate::stats::median;
 use crate::workers::TimedEvent;
@@ -64,8 +73,9 @@ pub struct ProfileServingArgs {
     /// at two moments apart).
     #[arg(long, default_value_t = 2)]
     pub passes: usize,
-    /// Batch sizes to measure, comma-separated; the middle one is used for the pipeline
-    /// and contention measurements.
+    /// Batch sizes to measure, comma-separated: each alone and beside up to `--instances`
+    /// replicas; the middle one is used for the pipeline depths. With 1 among them, a
+    /// light-load phase is measured too.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     pub batches: Vec<usize>,
     /// Prompt tokens of every request (the profile's prefill length).
@@ -99,14 +109,30 @@ pub fn run(args: &ProfileServingArgs) -> anyhow::Result<()> {
     runtime.block_on(run_async(args))
 }
 
-/// The configurations walked: the batch sizes alone, the pipeline depths and the replica
-/// counts at the middle batch.
+/// The configurations walked: the batch sizes alone, the pipeline depths at the middle
+/// batch and the replica counts at every batch.
 fn walk(args: &ProfileServingArgs, batches: &[usize], layers: usize, mid: usize) -> Vec<ScriptedConfig> {
     let one = |dp, pp, batch| ScriptedConfig { dp, tp: 1, pp, batch };
     let mut configs: Vec<ScriptedConfig> = batches.iter().map(|&b| one(1, 1, b)).collect();
     configs.extend(depths(layers, args.instances).map(|pp| one(1, pp, mid)));
-    configs.extend((2..=args.instances).map(|dp| one(dp, 1, mid)));
+    for &b in batches {
+        configs.extend((2..=args.instances).map(|dp| one(dp, 1, b)));
+    }
     configs
+}
+
+/// Fraction of one replica's time the light-load phase keeps it busy, by the base profile's
+/// (one process, optimistic) estimate of a request: low enough that requests rarely meet.
+const LIGHT_UTILISATION: f64 = 0.1;
+/// Requests the light-load phase aims to time.
+const LIGHT_REQUESTS: f64 = 40.0;
+
+/// The light-load phase: its arrival rate (requests/s) and how many intervals it lasts
+/// (2 to 20). `request_ms` is the base profile's estimate of one request.
+fn light_phase(request_ms: f64, seconds_per_config: f64) -> (f64, usize) {
+    let rate = LIGHT_UTILISATION / (request_ms.max(1e-3) / 1000.0);
+    let intervals = (LIGHT_REQUESTS / rate / seconds_per_config).ceil().clamp(2.0, 20.0) as usize;
+    (rate, intervals)
 }
 
 /// The pipeline depths measured: every depth above 1 that divides the layers evenly (so the
@@ -183,6 +209,20 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
         }
         script.extend(order.into_iter().map(Some));
     }
+    let walked = script.len();
+    // The light-load phase: every replica at batch 1, requests one at a time.
+    let core = base.serving_profile();
+    // The base profile's smallest batch on one rank (a validated profile has one) prices a
+    // request; only its order of magnitude matters.
+    let smallest = core.timings.iter().filter(|t| t.tensor_parallel == 1).min_by_key(|t| t.batch_size);
+    let light = smallest.filter(|_| batches.contains(&1)).map(|one| {
+        let request_ms = layers as f64 * (one.prefill_ms + (args.max_tokens - 1) as f64 * one.decode_ms);
+        light_phase(request_ms, args.seconds_per_config)
+    });
+    if let Some((_, n)) = light {
+        let all = ScriptedConfig { dp: args.instances, tp: 1, pp: 1, batch: 1 };
+        script.extend(std::iter::repeat_n(Some(all), n));
+    }
     let intervals = script.len();
     let scale = TimeScale {
         trace_interval_ms: 60_000,
@@ -192,10 +232,12 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
         .map(|i| TimedEvent { at: Duration::ZERO, event: FleetEvent::Allocate { node: format!("node{i}") } })
         .collect();
     eprintln!(
-        "profile-serving: {} configurations x {} passes, {} s each, on {} worker processes (about {:.0} s)",
+        "profile-serving: {} configurations x {} passes, {} s each, then {} at light load, on {} worker \
+         processes (about {:.0} s)",
         configs.len(),
         args.passes,
         args.seconds_per_config,
+        light.map_or_else(|| "none (no batch 1 measured)".to_string(), |(_, n)| format!("{n} intervals")),
         args.instances,
         intervals as f64 * args.seconds_per_config + 5.0
     );
@@ -240,6 +282,7 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
     }));
     let start = Instant::now();
     let end = scale.wall_interval * intervals as u32;
+    let walk_end = scale.wall_interval * walked as u32;
     let load = LoadSpec {
         url,
         rate: 1.0,
@@ -256,16 +299,32 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
     let load = tokio::spawn(async move {
         let mut status = status;
         until_ready(&mut status).await;
-        let load = LoadSpec { duration: end.saturating_sub(start.elapsed()), ..load };
-        run_closed_loop(&load, clients).await
+        let closed = LoadSpec { duration: walk_end.saturating_sub(start.elapsed()), ..load.clone() };
+        // (Requests still queued when the walk ends fail by design: the clients keep every
+        // replica full to the last moment.)
+        let _ = run_closed_loop(&closed, clients).await;
+        let Some((rate, _)) = light else { return anyhow::Ok(None) };
+        tokio::time::sleep_until((start + walk_end).into()).await;
+        let open = LoadSpec { rate, duration: end.saturating_sub(start.elapsed()), seed: 8, ..load };
+        let report = run_load(&open).await?;
+        let e2e: Vec<f64> = report
+            .rows
+            .iter()
+            .filter(|r| r.outcome == RequestOutcome::Completed && r.tokens == open.max_tokens)
+            .filter_map(|r| r.e2e_s.map(|s| s * 1000.0))
+            .collect();
+        anyhow::Ok((!e2e.is_empty()).then(|| LightRequests {
+            e2e_median_ms: median(&e2e),
+            requests: e2e.len(),
+            tokens: open.max_tokens,
+        }))
     });
     let stats = local.serve(settings, events, Duration::ZERO, start, &mut jobs, status_tx).await;
-    let _ = load.await;
+    let light_requests = load.await.context("the load generator panicked")?;
     let _ = stop_http.send(());
     let _ = http.await;
     local.close().await;
-    // (Requests still queued when the walk ends fail by design: the clients keep every
-    // replica full to the last moment.)
+    let light_requests = light_requests.context("the light-load phase's requests")?;
     anyhow::ensure!(
         stats.failed_iterations == 0,
         "the profiling run had {} failed iterations: see the worker logs in {}",
@@ -274,7 +333,13 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
     );
 
     let groups = stats.iteration_times.groups();
-    let fit = fit(&groups, &batches, mid, layers, args.instances)?;
+    if light.is_some() && light_requests.is_none() {
+        anyhow::bail!(
+            "light load: no request of the light-load phase completed; see the worker logs in {}",
+            args.run_dir.display()
+        );
+    }
+    let fit = fit(&groups, &batches, mid, layers, args.instances, light_requests)?;
     let reinit = median(
         &stats
             .configurations
@@ -295,8 +360,8 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
          configurations x {passes} passes of {secs} s, medians of {iters} iterations. layer_timings: the \
          one-replica, one-stage iteration over the {layers} layers (the host round trip spread over them); \
          pipeline_hop_ms: the extra time per added stage at batch {mid}, least squares over every depth; \
-         contention: the iteration with n replicas busy over one, batch {mid}; reconfiguration.reinit_ms: the \
-         median live reconfiguration of the walk. Memory, storage and transfer rates, process start: from {base}.",
+         contention: the iteration with n replicas busy over one (slowdown_by_busy_replicas at batch {mid}, \
+         by_batch at each); light_load: {light}; reconfiguration.reinit_ms: the median live reconfiguration of the walk. Memory, storage and transfer rates, process start: from {base}.",
         cores = std::thread::available_parallelism().map_or(0, |n| n.get()),
         n = args.instances,
         p = args.prompt_tokens,
@@ -306,6 +371,16 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
         secs = args.seconds_per_config,
         iters = stats.iterations,
         base = base.file().display(),
+        light = match light {
+            Some((rate, n)) => format!(
+                "{n} intervals of {rate:.1} requests/s (Poisson) to {} replicas of batch 1, the decode \
+                 step with nobody waiting less the walk's at batch 1 alone, and the rest of a request alone \
+                 (the median at its client) beyond the walk's iterations charged to its prefill; its \
+                 slowdown_by_busy_replicas: its decode step with n replicas busy over one, as far as requests met",
+                args.instances
+            ),
+            None => "not measured (no batch 1)".to_string(),
+        },
     ));
     data.model = name;
     data.profiled_input_tokens = args.prompt_tokens as u32;
@@ -328,8 +403,19 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
         input_tokens: args.prompt_tokens as u32,
         output_tokens: args.max_tokens as u32,
     });
+    let table = |t: &[f64]| t.iter().map(|&s| round4(s)).collect::<Vec<_>>();
     data.contention = Some(ContentionEntry {
-        slowdown_by_busy_replicas: fit.slowdown.iter().map(|&s| round4(s)).collect(),
+        slowdown_by_busy_replicas: table(&fit.slowdown[&mid]),
+        by_batch: fit
+            .slowdown
+            .iter()
+            .map(|(&batch, t)| BatchContention { batch: batch as u32, slowdown_by_busy_replicas: table(t) })
+            .collect(),
+    });
+    data.light_load = fit.light.as_ref().map(|l| LightLoadEntry {
+        prefill_extra_ms: round4(l.prefill_extra_ms),
+        decode_extra_ms: round4(l.decode_extra_ms),
+        slowdown_by_busy_replicas: table(&l.slowdown),
     });
     let text = serde_json::to_string_pretty(&data)? + "\n";
     ServingProfileData::from_json(&text, &args.out)
@@ -350,6 +436,35 @@ struct BatchTimes {
     iterations: usize,
 }
 
+/// What the light-load phase's clients measured.
+#[derive(Debug, Clone, Copy)]
+struct LightRequests {
+    /// Median end-to-end latency of its completed requests (nearly all alone), ms.
+    e2e_median_ms: f64,
+    requests: usize,
+    /// Tokens each generated.
+    tokens: usize,
+}
+
+/// The light-load extras. A decode step: the engine's batch-1 step with nobody waiting less
+/// the saturated one. A prefill: the rest of what a request alone took at its client
+/// beyond the saturated iterations and the decode extras, so that the simulator's request
+/// alone takes what the measured one took (the HTTP front end, the engine waking for the
+/// request and its first iteration on a cold replica are all in it).
+#[derive(Debug, Clone)]
+struct LightFit {
+    requests: LightRequests,
+    prefill_ms: f64,
+    decode_ms: f64,
+    prefill_extra_ms: f64,
+    decode_extra_ms: f64,
+    /// Its decode step with `i + 1` replicas busy over the one with one, as far as the
+    /// phase met enough of them.
+    slowdown: Vec<f64>,
+    /// Those steps, ms.
+    by_busy: Vec<(usize, f64)>,
+}
+
 /// The profile's terms fitted to the iteration times.
 #[derive(Debug)]
 struct Fit {
@@ -358,22 +473,25 @@ struct Fit {
     hop_prefill_ms: f64,
     /// Measured decode iteration per pipeline depth at the middle batch (depth 1 included).
     by_depth: Vec<(usize, f64)>,
-    /// Entry `i`: `i + 1` replicas busy, over one.
-    slowdown: Vec<f64>,
-    /// Measured decode iteration per busy replica count at the middle batch.
-    by_busy: Vec<(usize, f64)>,
+    /// Per batch size, entry `i`: `i + 1` replicas busy, over one.
+    slowdown: BTreeMap<usize, Vec<f64>>,
+    /// Measured decode iteration per batch size and busy replica count.
+    by_busy: BTreeMap<usize, Vec<(usize, f64)>>,
+    light: Option<LightFit>,
     mid: usize,
 }
 
 /// The group of full-batch iterations of `key`'s kind, if it was measured often enough.
+/// `queued`: the saturated walk (requests waiting), or the light-load phase (none).
 fn group(
     groups: &[IterationGroup],
     pp: usize,
     batch: usize,
     busy: usize,
     prefill: bool,
+    queued: bool,
 ) -> Option<&IterationGroup> {
-    let key = IterationKey { tp: 1, pp, batch, largest: batch, busy, prefill };
+    let key = IterationKey { tp: 1, pp, batch, largest: batch, busy, prefill, queued };
     groups.iter().find(|g| g.key == key && g.count >= if prefill { 3 } else { 10 })
 }
 
@@ -383,10 +501,12 @@ fn fit(
     mid: usize,
     layers: usize,
     instances: usize,
+    light: Option<LightRequests>,
 ) -> anyhow::Result<Fit> {
     let mut per_batch = BTreeMap::new();
     for &b in batches {
-        let (Some(decode), Some(prefill)) = (group(groups, 1, b, 1, false), group(groups, 1, b, 1, true))
+        let (Some(decode), Some(prefill)) =
+            (group(groups, 1, b, 1, false, true), group(groups, 1, b, 1, true, true))
         else {
             anyhow::bail!(
                 "batch {b}: too few full-batch iterations measured; give --seconds-per-config more time"
@@ -406,7 +526,9 @@ fn fit(
     let (mut num_d, mut num_p, mut den) = (0.0, 0.0, 0.0);
     let mut by_depth = vec![(1, base.decode_ms)];
     for pp in depths(layers, instances) {
-        let (Some(d), Some(p)) = (group(groups, pp, mid, 1, false), group(groups, pp, mid, 1, true)) else {
+        let (Some(d), Some(p)) =
+            (group(groups, pp, mid, 1, false, true), group(groups, pp, mid, 1, true, true))
+        else {
             anyhow::bail!("pipeline depth {pp}: too few iterations measured");
         };
         let extra = (pp - 1) as f64;
@@ -417,16 +539,58 @@ fn fit(
     }
     let (hop_decode_ms, hop_prefill_ms) =
         if den > 0.0 { ((num_d / den).max(0.0), (num_p / den).max(0.0)) } else { (0.0, 0.0) };
-    let mut slowdown = vec![1.0];
-    let mut by_busy = vec![(1, base.decode_ms)];
-    for n in 2..=instances {
-        let Some(g) = group(groups, 1, mid, n, false) else {
-            anyhow::bail!("{n} replicas busy at batch {mid}: too few iterations measured");
-        };
-        slowdown.push((g.median_ms / base.decode_ms).max(1.0));
-        by_busy.push((n, g.median_ms));
+    let mut slowdown = BTreeMap::new();
+    let mut by_busy = BTreeMap::new();
+    for (&b, alone) in &per_batch {
+        let mut table = vec![1.0];
+        let mut measured = vec![(1, alone.decode_ms)];
+        for n in 2..=instances {
+            let Some(g) = group(groups, 1, b, n, false, true) else {
+                anyhow::bail!("{n} replicas busy at batch {b}: too few iterations measured");
+            };
+            table.push((g.median_ms / alone.decode_ms).max(1.0));
+            measured.push((n, g.median_ms));
+        }
+        slowdown.insert(b, table);
+        by_busy.insert(b, measured);
     }
-    Ok(Fit { per_batch, hop_decode_ms, hop_prefill_ms, by_depth, slowdown, by_busy, mid })
+    let light = if let Some(requests) = light {
+        let (Some(decode), Some(prefill)) =
+            (group(groups, 1, 1, 1, false, false), group(groups, 1, 1, 1, true, false))
+        else {
+            anyhow::bail!(
+                "light load: too few iterations with nobody waiting measured; give --seconds-per-config more time"
+            );
+        };
+        let Some(saturated) = per_batch.get(&1) else {
+            anyhow::bail!("light load: batch 1 was not measured saturated");
+        };
+        let decode_extra_ms = (decode.median_ms - saturated.decode_ms).max(0.0);
+        let steps = requests.tokens.saturating_sub(1) as f64;
+        let prefill_extra_ms =
+            (requests.e2e_median_ms - saturated.prefill_ms - steps * (saturated.decode_ms + decode_extra_ms))
+                .max(0.0);
+        // Requests sent one at a time still meet now and then: as far as they met often
+        // enough, how they slowed each other.
+        let by_busy: Vec<(usize, f64)> = (2..=instances)
+            .map_while(|n| group(groups, 1, 1, n, false, false).map(|g| (n, g.median_ms)))
+            .collect();
+        let slowdown = std::iter::once(1.0)
+            .chain(by_busy.iter().map(|(_, ms)| (ms / decode.median_ms).max(1.0)))
+            .collect();
+        Some(LightFit {
+            requests,
+            prefill_ms: prefill.median_ms,
+            decode_ms: decode.median_ms,
+            prefill_extra_ms,
+            decode_extra_ms,
+            slowdown,
+            by_busy,
+        })
+    } else {
+        None
+    };
+    Ok(Fit { per_batch, hop_decode_ms, hop_prefill_ms, by_depth, slowdown, by_busy, light, mid })
 }
 
 impl Fit {
@@ -454,17 +618,46 @@ impl Fit {
                 format!("{:.3}", base + (pp - 1) as f64 * self.hop_decode_ms),
             ]);
         }
-        for (&(n, ms), s) in self.by_busy.iter().zip(&self.slowdown).skip(1) {
-            table.add_row(vec![
-                format!("dp{n} pp1 b{} (x{s:.2})", self.mid),
-                String::new(),
-                String::new(),
-                format!("{ms:.3}"),
-                format!("{:.3}", base * s),
-            ]);
+        for (b, measured) in &self.by_busy {
+            let alone = self.per_batch[b].decode_ms;
+            for (&(n, ms), s) in measured.iter().zip(&self.slowdown[b]).skip(1) {
+                table.add_row(vec![
+                    format!("dp{n} pp1 b{b} (x{s:.2})"),
+                    String::new(),
+                    String::new(),
+                    format!("{ms:.3}"),
+                    format!("{:.3}", alone * s),
+                ]);
+            }
         }
+        if let Some(l) = &self.light {
+            let step = self.per_batch[&1].decode_ms + l.decode_extra_ms;
+            table.add_row(vec![
+                "light load, b1 (nobody waiting)".to_string(),
+                String::new(),
+                format!("{:.3}", l.prefill_ms),
+                format!("{:.3}", l.decode_ms),
+                format!("{step:.3}"),
+            ]);
+            for (&(n, ms), s) in l.by_busy.iter().zip(l.slowdown.iter().skip(1)) {
+                table.add_row(vec![
+                    format!("light load, b1, {n} busy (x{s:.2})"),
+                    String::new(),
+                    String::new(),
+                    format!("{ms:.3}"),
+                    format!("{:.3}", step * s),
+                ]);
+            }
+        }
+        let light = self.light.as_ref().map_or_else(String::new, |l| {
+            format!(
+                "\nlight load: +{:.3} ms per prefill, +{:.3} ms per decode step (a request alone: {:.3} ms at \
+                 the client, median of {})",
+                l.prefill_extra_ms, l.decode_extra_ms, l.requests.e2e_median_ms, l.requests.requests
+            )
+        });
         format!(
-            "{table}\npipeline hop: {:.3} ms per decode step, {:.3} ms per prefill",
+            "{table}\npipeline hop: {:.3} ms per decode step, {:.3} ms per prefill{light}",
             self.hop_decode_ms, self.hop_prefill_ms
         )
     }
@@ -480,7 +673,7 @@ mod tests {
 
     fn group(pp: usize, batch: usize, busy: usize, prefill: bool, median_ms: f64) -> IterationGroup {
         IterationGroup {
-            key: IterationKey { tp: 1, pp, batch, largest: batch, busy, prefill },
+            key: IterationKey { tp: 1, pp, batch, largest: batch, busy, prefill, queued: true },
             count: 50,
             median_ms,
             mean_ms: median_ms,
@@ -488,48 +681,83 @@ mod tests {
         }
     }
 
-    /// Iteration times made from known terms (6 layers, a 0.3 ms hop, a measured slowdown)
-    /// give those terms back; a missing measurement is an error that names it.
+    fn light(mut g: IterationGroup) -> IterationGroup {
+        g.key.queued = false;
+        g
+    }
+
+    /// Iteration times made from known terms (6 layers, a 0.3 ms hop, a slowdown per batch
+    /// size, light-load extras) give those terms back; a missing measurement is an error
+    /// that names it.
     #[test]
     fn the_fit_recovers_the_terms_the_iterations_were_made_of() {
         let decode = |b: usize| 0.4 + 0.1 * b as f64;
         let prefill = |b: usize| 0.6 + 0.3 * b as f64;
+        let slowdown = |b: usize| [1.0, 1.2 + 0.4 / b as f64, 2.0, 2.6];
         let mut groups = Vec::new();
         for b in [1, 2, 4] {
             groups.push(group(1, b, 1, false, decode(b)));
             groups.push(group(1, b, 1, true, prefill(b)));
+            for (n, s) in slowdown(b).iter().enumerate().skip(1) {
+                groups.push(group(1, b, n + 1, false, decode(b) * s));
+            }
         }
         for pp in [2, 3, 6] {
             groups.push(group(pp, 2, 1, false, decode(2) + 0.3 * (pp - 1) as f64));
             groups.push(group(pp, 2, 1, true, prefill(2) + 0.5 * (pp - 1) as f64));
         }
-        let slowdown = [1.0, 1.2, 2.0, 2.6];
-        for (n, s) in slowdown.iter().enumerate().skip(1) {
-            groups.push(group(1, 2, n + 1, false, decode(2) * s));
-        }
+        groups.push(light(group(1, 1, 1, false, decode(1) + 0.08)));
+        groups.push(light(group(1, 1, 1, true, prefill(1) + 0.7)));
+        groups.push(light(group(1, 1, 2, false, (decode(1) + 0.08) * 1.7)));
         // Partial batches and rare groups are not used.
         groups.push(group(1, 4, 1, false, 99.0));
         groups.last_mut().unwrap().key.largest = 3;
-        let fit = fit(&groups, &[1, 2, 4], 2, 6, 4).unwrap();
+        // A request alone of 16 tokens took its iterations' time plus 0.7 ms at its client.
+        let alone = LightRequests {
+            e2e_median_ms: prefill(1) + 15.0 * (decode(1) + 0.08) + 0.7,
+            requests: 40,
+            tokens: 16,
+        };
+        let fit = fit(&groups, &[1, 2, 4], 2, 6, 4, Some(alone)).unwrap();
         assert!((fit.hop_decode_ms - 0.3).abs() < 1e-9, "{}", fit.hop_decode_ms);
         assert!((fit.hop_prefill_ms - 0.5).abs() < 1e-9, "{}", fit.hop_prefill_ms);
         for (b, t) in &fit.per_batch {
             assert!((t.decode_ms - decode(*b)).abs() < 1e-12);
             assert!((t.prefill_ms - prefill(*b)).abs() < 1e-12);
+            for (got, want) in fit.slowdown[b].iter().zip(slowdown(*b)) {
+                assert!((got - want).abs() < 1e-9, "batch {b}: {got} vs {want}");
+            }
         }
-        for (got, want) in fit.slowdown.iter().zip(slowdown) {
-            assert!((got - want).abs() < 1e-9, "{got} vs {want}");
-        }
-        assert!(fit.table().contains("dp4 pp1 b2 (x2.60)"));
+        let l = fit.light.clone().unwrap();
+        assert_eq!(l.slowdown.len(), 2, "measured as far as the phase met busy replicas: {l:?}");
+        assert!((l.slowdown[1] - 1.7).abs() < 1e-9, "{l:?}");
+        assert!((l.decode_extra_ms - 0.08).abs() < 1e-9 && (l.prefill_extra_ms - 0.7).abs() < 1e-9, "{l:?}");
+        let table = fit.table();
+        assert!(table.contains("dp4 pp1 b2 (x2.60)") && table.contains("dp2 pp1 b1 (x1.60)"), "{table}");
+        assert!(table.contains("+0.700 ms per prefill"), "{table}");
 
         let without: Vec<IterationGroup> = groups.iter().filter(|g| g.key.busy != 3).cloned().collect();
         let err = fit_err(&without);
-        assert!(err.contains("3 replicas busy"), "{err}");
+        assert!(err.contains("3 replicas busy at batch 1"), "{err}");
         let without: Vec<IterationGroup> = groups.iter().filter(|g| g.key.pp != 3).cloned().collect();
         assert!(fit_err(&without).contains("pipeline depth 3"));
+        let without: Vec<IterationGroup> = groups.iter().filter(|g| g.key.queued).cloned().collect();
+        assert!(fit_err(&without).contains("light load"));
+        assert!(super::fit(&without, &[1, 2, 4], 2, 6, 4, None).unwrap().light.is_none());
     }
 
     fn fit_err(groups: &[IterationGroup]) -> String {
-        fit(groups, &[1, 2, 4], 2, 6, 4).unwrap_err().to_string()
+        let alone = LightRequests { e2e_median_ms: 9.0, requests: 40, tokens: 16 };
+        fit(groups, &[1, 2, 4], 2, 6, 4, Some(alone)).unwrap_err().to_string()
+    }
+
+    /// The light phase keeps a replica busy a tenth of the time and lasts 2 to 20
+    /// intervals, long enough for about 40 requests.
+    #[test]
+    fn the_light_phase_is_sparse_and_bounded() {
+        let (rate, n) = light_phase(5.0, 3.0);
+        assert!((rate - 20.0).abs() < 1e-9 && n == 2, "{rate} {n}");
+        let (rate, n) = light_phase(500.0, 3.0);
+        assert!((rate - 0.2).abs() < 1e-9 && n == 20, "{rate} {n}");
     }
 }

@@ -428,8 +428,8 @@ pub struct Prediction {
     pub e2e_p90: f64,
     /// 99th percentile.
     pub e2e_p99: f64,
-    /// Measured (the load generator's) over simulated, minus 1, per percentile: the
-    /// prediction's error.
+    /// Simulated over measured (the load generator's), minus 1, per percentile: the
+    /// prediction's error relative to what was measured (-0.2: 20% low).
     pub error_p50: f64,
     /// At P90.
     pub error_p90: f64,
@@ -470,7 +470,7 @@ fn predict(
         horizon: 1,
         spot_price_per_hour: planned.data.data().instance.spot_usd_per_hour,
         on_demand_price_per_hour: planned.data.data().instance.on_demand_usd_per_hour,
-        slowdown_by_busy_replicas: planned.data.slowdown_by_busy_replicas(),
+        machine: super::bench_serve::shared_machine(&planned.data),
     };
     let runtime = args.sandbox.runtime()?;
     let mut policy =
@@ -481,7 +481,7 @@ fn predict(
         })?;
     let s = &outcome.summary;
     let measured = &load.summary.e2e;
-    let error = |m: f64, p_ms: f64| m / (p_ms / 1000.0) - 1.0;
+    let error = |m: f64, p_ms: f64| (p_ms / 1000.0) / m - 1.0;
     Ok(Prediction {
         requests: s.requests,
         completed: s.completed,
@@ -525,8 +525,8 @@ fn print_outcome(outcome: &ServeOutcome) {
     if let (Some(p), Some(load)) = (&outcome.predicted, &outcome.load) {
         let m = &load.summary.e2e;
         println!(
-            "  bench-serve's model of this run ({} requests, {} reconfigurations): E2E P50 {:.3} s (measured {:.3}, {:+.1}%), \
-             P90 {:.3} s (measured {:.3}, {:+.1}%), P99 {:.3} s (measured {:.3}, {:+.1}%)",
+            "  bench-serve's model of this run ({} requests, {} reconfigurations): E2E P50 {:.4} s (measured {:.4}, {:+.1}%), \
+             P90 {:.4} s (measured {:.4}, {:+.1}%), P99 {:.4} s (measured {:.4}, {:+.1}%)",
             p.requests,
             p.reconfigurations,
             p.e2e_p50,

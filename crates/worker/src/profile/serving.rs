@@ -478,6 +478,7 @@ pub fn run_serving_profile(
         // One process on one core: what several replicas sharing a machine cost is the
         // deployment's (`parcae-host profile-serving`).
         contention: None,
+        light_load: None,
     };
     // What the serving planner will load: refuse to hand back a profile it would refuse.
     let text = serde_json::to_string_pretty(&profile).map_err(|e| ProfilingError::Options(e.to_string()))?;

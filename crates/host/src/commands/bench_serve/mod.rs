@@ -24,7 +24,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use comfy_table::{CellAlignment, Table, presets};
 use parcae_profile::ServingProfileData;
-use parcae_serve_sim::{Fleet, Recovery, ServeOutcome, ServeSetup};
+use parcae_serve_sim::{Fleet, LightLoad, Recovery, ServeOutcome, ServeSetup, SharedMachine};
 use parcae_serving_core::{CostAware, ServeRequest, ServingOptimizer, SpotServe, Workload, shapes};
 use serde::Serialize;
 
@@ -322,7 +322,7 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
             horizon: args.horizon,
             spot_price_per_hour: instance.spot_usd_per_hour,
             on_demand_price_per_hour: instance.on_demand_usd_per_hour,
-            slowdown_by_busy_replicas: profile_data.slowdown_by_busy_replicas(),
+            machine: shared_machine(&profile_data),
         };
         let mut rows = Vec::new();
         let mut notes = Vec::new();
@@ -484,6 +484,20 @@ pub fn run(args: &ServeBenchArgs) -> anyhow::Result<()> {
 }
 
 /// The highest throughput any configuration reaches on `instances`, req/s.
+/// The simulator's shared-machine terms of a serving profile (all empty for a profile of
+/// GPUs that do not share: the published-scale ones).
+pub fn shared_machine(data: &ServingProfileData) -> SharedMachine {
+    SharedMachine {
+        slowdown_by_busy_replicas: data.slowdown_by_busy_replicas(),
+        slowdown_by_batch: data.slowdown_by_batch(),
+        light_load: data.light_load().map_or_else(LightLoad::default, |l| LightLoad {
+            prefill_extra_ms: l.prefill_extra_ms,
+            decode_extra_ms: l.decode_extra_ms,
+            slowdown_by_busy_replicas: l.slowdown_by_busy_replicas,
+        }),
+    }
+}
+
 fn capacity(
     profile: &parcae_serving_core::ServingProfile,
     shapes: &[(parcae_serving_core::ServingConfig, parcae_serving_core::Estimate)],

@@ -170,6 +170,10 @@ pub struct IterationKey {
     pub busy: usize,
     /// Some replica processed a prompt (its first iteration of a batch).
     pub prefill: bool,
+    /// Requests waited in the queue as it started: the engine was saturated, its processes
+    /// never idle. Without, they sleep between requests and wake for each (what
+    /// `profile-serving` measures as the light-load extra).
+    pub queued: bool,
 }
 
 /// Iteration wall times (the engine's loop and the host's round trip included: from the top
@@ -947,6 +951,7 @@ impl<'a> Engine<'a> {
     /// `started`.
     async fn iterate(&mut self, started: Instant) {
         let Some(placement) = self.placement.clone() else { return };
+        let queued = !self.queue.is_empty();
         let mut largest = 0;
         let mut prefill = false;
         let mut commands = BTreeMap::new();
@@ -1002,6 +1007,7 @@ impl<'a> Engine<'a> {
             largest,
             busy: in_flight.len(),
             prefill,
+            queued,
         };
         let mode = self.settings.recovery;
         let mut any_failed = false;
