@@ -68,6 +68,10 @@ pub struct ContentionEntry {
     /// covers sizes these do not.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_batch: Vec<BatchContention>,
+    /// The engine runs one iteration of every busy replica at a time (`serve`'s: one host
+    /// drives every replica), so a replica's prefill holds up the others' steps.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lockstep: bool,
 }
 
 /// One batch size's contention table.
@@ -237,6 +241,11 @@ impl ServingProfileData {
         })
     }
 
+    /// Whether the deployment's engine iterates its replicas in lock step.
+    pub fn lockstep(&self) -> bool {
+        self.data.contention.as_ref().is_some_and(|c| c.lockstep)
+    }
+
     /// The light-load extras, if measured.
     pub fn light_load(&self) -> Option<LightLoadEntry> {
         self.data.light_load.clone()
@@ -402,6 +411,9 @@ mod tests {
         );
         let p = ServingProfileData::from_json(&measured, "good.json").unwrap();
         assert_eq!(p.slowdown_by_batch(), vec![(1, vec![1.0, 1.6]), (4, vec![1.0, 1.2])]);
+        assert!(!p.lockstep());
+        let lockstep = measured.replace("\"by_batch\"", "\"lockstep\": true, \"by_batch\"");
+        assert!(ServingProfileData::from_json(&lockstep, "good.json").unwrap().lockstep());
         assert_eq!(
             p.light_load(),
             Some(LightLoadEntry {

@@ -129,9 +129,22 @@ struct Batch {
     /// Started with nobody waiting (the light-load terms apply).
     light: bool,
     pace: Pace,
+    /// Where (in the pace's work) and for how much work it stood still while another
+    /// replica's prefill held up a lock-step iteration, in order.
+    stalls: Vec<(f64, f64)>,
 }
 
 impl Batch {
+    /// The pace's work by which the batch has done `useful` work of its own.
+    fn total(&self, useful: f64) -> f64 {
+        self.stalls.iter().fold(useful, |total, &(at, extra)| if at < total { total + extra } else { total })
+    }
+
+    /// The batch's own work within `total` of the pace's.
+    fn useful(&self, total: f64) -> f64 {
+        total - self.stalls.iter().map(|&(at, extra)| (total - at).clamp(0.0, extra)).sum::<f64>()
+    }
+
     /// Decode steps after the prefill that `m` still needs.
     fn steps(&self, m: &Member) -> u32 {
         m.rem.saturating_sub(self.first)
@@ -139,24 +152,26 @@ impl Batch {
 
     /// When the prefill ends.
     fn prefill_end(&self) -> f64 {
-        self.pace.time_at(self.prefill_work)
+        self.pace.time_at(self.total(self.prefill_work))
     }
 
     /// When member `m` has its last token.
     fn done_at(&self, m: &Member) -> f64 {
-        self.pace.time_at(self.prefill_work + self.step_work * f64::from(self.steps(m)))
+        self.pace.time_at(self.total(self.prefill_work + self.step_work * f64::from(self.steps(m))))
     }
 
     /// When the last member is done.
     fn end(&self) -> f64 {
         let most = self.members.iter().map(|m| self.steps(m)).max().unwrap_or(0);
-        self.pace.time_at(self.prefill_work + self.step_work * f64::from(most))
+        self.pace.time_at(self.total(self.prefill_work + self.step_work * f64::from(most)))
     }
 
     /// Whole decode steps done by `time` after the prefill.
     fn steps_by(&self, time: f64) -> f64 {
         if self.step_work > 0.0 {
-            ((self.pace.work_at(time) - self.prefill_work) / self.step_work + 1e-9).floor().max(0.0)
+            ((self.useful(self.pace.work_at(time)) - self.prefill_work) / self.step_work + 1e-9)
+                .floor()
+                .max(0.0)
         } else {
             f64::INFINITY
         }
@@ -706,6 +721,14 @@ impl<'a> Sim<'a> {
         let machine = &self.setup.machine;
         let contended = machine.contended();
         let mut busy = if contended { self.busy_replicas() } else { 0 };
+        // Lock step: the replicas computing before this dispatch, and the longest prefill
+        // it starts (with its start), which their next iteration waits for.
+        let before: Vec<usize> = if machine.lockstep {
+            (0..self.replicas.len()).filter(|&r| self.replicas[r].batch.is_some()).collect()
+        } else {
+            Vec::new()
+        };
+        let mut held: Option<(f64, f64)> = None; // (start, ms the iteration is longer)
         while !self.queue.is_empty() {
             let Some(r) = self.idle.pop() else { break };
             let rep = &mut self.replicas[r];
@@ -759,13 +782,50 @@ impl<'a> Sim<'a> {
                 first,
                 light,
                 pace: Pace::new(start, slowdown),
+                stalls: Vec::new(),
             };
+            if needs_prefill {
+                // The iteration that holds the others up is the prefill's own, as the saturated
+                // walk timed it (a request's light-load extra is mostly outside it: the front
+                // end, the wake-up), and it lasts that much longer than a step whatever the
+                // contention (the host's round trip is in both).
+                let longer = est.prefill_ms - est.decode_step_ms;
+                held = Some(held.map_or((start, longer), |(t, d)| (t.min(start), d.max(longer))));
+            }
             let end = batch.end();
             rep.batch = Some(batch);
             busy += 1;
             self.push(end, Kind::Done, r, seq);
         }
+        if let Some((start, longer_ms)) = held {
+            self.hold_up(&before, start, longer_ms);
+        }
         self.repace(now);
+    }
+
+    /// A lock-step engine (the profile's `contention.lockstep`) runs one iteration of every
+    /// busy replica at a time, so a prefill started at `start` makes the replicas already
+    /// computing wait: that iteration lasts `longer_ms` more than their own step.
+    fn hold_up(&mut self, replicas: &[usize], start: f64, longer_ms: f64) {
+        if longer_ms <= 0.0 {
+            return;
+        }
+        let mut moved = Vec::new();
+        for &r in replicas {
+            let rep = &mut self.replicas[r];
+            let Some(b) = rep.batch.as_mut() else { continue };
+            if rep.destroyed {
+                continue;
+            }
+            // Standing still for `longer_ms` of time is that much work at the current pace.
+            let at = b.pace.work_at(start);
+            b.stalls.push((at, longer_ms / b.pace.slowdown()));
+            rep.seq += 1;
+            moved.push((b.end(), r, rep.seq));
+        }
+        for (end, r, seq) in moved {
+            self.push(end, Kind::Done, r, seq);
+        }
     }
 
     /// Replicas computing a batch now.

@@ -32,7 +32,10 @@
 //! profile's `contention`), a batch advances at the measured slowdown for its
 //! batch size and the replicas busy at each moment, retimed whenever that
 //! count changes; a batch started with no request left waiting (an engine
-//! that is not saturated) also pays the profile's `light_load` per iteration. The simulation is event-driven (a binary heap of batch
+//! that is not saturated) also pays the profile's `light_load` per iteration,
+//! and in a lock-step engine (`contention.lockstep`, one host driving every
+//! replica) a prefill that starts beside running batches holds them up for
+//! as long as it outlasts a decode step. The simulation is event-driven (a binary heap of batch
 //! completions, replica start-ups, preemption notices and stops), not
 //! time-stepped.
 //!
@@ -247,6 +250,9 @@ pub struct SharedMachine {
     pub slowdown_by_batch: Vec<(u32, Vec<f64>)>,
     /// What an iteration costs on top when no request waits in the queue.
     pub light_load: LightLoad,
+    /// The engine runs one iteration of every busy replica at a time (`serve`'s does: one
+    /// host drives every replica), so a replica's prefill holds up the others' steps.
+    pub lockstep: bool,
 }
 
 /// An engine that is not saturated (no request waiting when a batch starts): its processes

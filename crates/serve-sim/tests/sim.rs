@@ -197,6 +197,7 @@ fn contention_follows_the_batch_size() {
         slowdown_by_busy_replicas: vec![1.0, 9.0],
         slowdown_by_batch: vec![(1, vec![1.0, 1.6, 2.2]), (4, vec![1.0, 1.3])],
         light_load: LightLoad::default(),
+        lockstep: false,
     };
     assert_eq!(machine.slowdown(2, 1, false), 1.6);
     assert!((machine.slowdown(2, 2, false) - (1.6 + (1.3 - 1.6) / 3.0)).abs() < 1e-12);
@@ -222,6 +223,23 @@ fn contention_follows_the_batch_size() {
         // l/2 alone and l/2 of work at 1.6x (first), or the mirror image (second).
         let latency = r.latency_ms().unwrap();
         assert!((latency - 1.3 * l).abs() < 1e-6, "{latency} vs 1.3 x {l}");
+    }
+}
+
+/// A lock-step engine: the replica already computing waits out the newcomer's prefill
+/// (that iteration lasts the prefill, not its own step); the newcomer is not slowed.
+#[test]
+fn in_lock_step_a_prefill_holds_up_the_other_replicas() {
+    let setup =
+        ServeSetup { machine: SharedMachine { lockstep: true, ..SharedMachine::default() }, ..setup() };
+    let c = config(2, 4, 1, 1);
+    let est = estimate(&setup.profile, &c, &WORK).unwrap();
+    let (o, l, ..) = overlapping_pairs(&setup);
+    for pair in o.requests.chunks(2) {
+        let (first, second) = (pair[0].latency_ms().unwrap(), pair[1].latency_ms().unwrap());
+        let held = l + est.prefill_ms - est.decode_step_ms;
+        assert!((first - held).abs() < 1e-6, "{first} vs {held}");
+        assert!((second - l).abs() < 1e-6, "{second} vs {l}");
     }
 }
 
@@ -426,9 +444,21 @@ fn token_level_shape_changes_pause_for_missing_weights_but_keep_tokens() {
 /// completed or dropped, and the records are consistent.
 #[test]
 fn requests_are_conserved_over_random_fleets() {
-    let setup = setup();
+    // Every other round on a shared machine (lock step, contention per batch, light load),
+    // whose retimed and held-up batches must conserve requests just the same.
+    let shared = SharedMachine {
+        slowdown_by_busy_replicas: vec![1.0, 1.4],
+        slowdown_by_batch: vec![(1, vec![1.0, 1.7, 2.5]), (4, vec![1.0, 1.2])],
+        light_load: LightLoad {
+            prefill_extra_ms: 2.0,
+            decode_extra_ms: 0.3,
+            slowdown_by_busy_replicas: vec![1.0, 1.9],
+        },
+        lockstep: true,
+    };
     let mut rng = StdRng::seed_from_u64(42);
     for round in 0..12 {
+        let setup = if round % 2 == 1 { ServeSetup { machine: shared.clone(), ..setup() } } else { setup() };
         let n = rng.random_range(4..14);
         let mut counts = Vec::with_capacity(n);
         let mut alive: u32 = rng.random_range(0..6);

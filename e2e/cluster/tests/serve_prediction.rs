@@ -39,6 +39,7 @@ fn a_measured_deployment_profile_makes_serve_predict_itself() {
     let by_batch = measured.slowdown_by_batch();
     assert_eq!(by_batch.iter().map(|(b, _)| *b).collect::<Vec<_>>(), vec![1, 2], "one table per batch size");
     assert!(by_batch.iter().all(|(_, t)| t.len() == 3 && t[0] == 1.0), "{by_batch:?}");
+    assert!(measured.lockstep(), "serve's engine iterates its replicas in lock step");
     let light = measured.light_load().expect("batch 1 measured: the light-load phase ran");
     assert!(light.prefill_extra_ms >= 0.0 && light.decode_extra_ms >= 0.0, "{light:?}");
     assert!(stdout.contains("light load, b1"), "{stdout}");

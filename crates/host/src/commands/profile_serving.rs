@@ -25,6 +25,9 @@
 //!   profile's `light_load`;
 //! - reinit: the median live reconfiguration of the walk.
 //!
+//! The profile also records that the engine iterates its replicas in lock step (one host
+//! drives them all), so that the simulator holds a replica's step up for another's prefill.
+//!
 //! The rest (memory, storage and transfer rates, process start) comes from a base profile
 //! that `parcae-worker profile-serving` measures first for the same model (or `--base`).
 
@@ -411,6 +414,8 @@ async fn run_async(args: &ProfileServingArgs) -> anyhow::Result<()> {
             .iter()
             .map(|(&batch, t)| BatchContention { batch: batch as u32, slowdown_by_busy_replicas: table(t) })
             .collect(),
+        // `serve`'s engine: one host drives every replica, an iteration at a time.
+        lockstep: true,
     });
     data.light_load = fit.light.as_ref().map(|l| LightLoadEntry {
         prefill_extra_ms: round4(l.prefill_extra_ms),

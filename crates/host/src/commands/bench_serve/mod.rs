@@ -495,6 +495,7 @@ pub fn shared_machine(data: &ServingProfileData) -> SharedMachine {
             decode_extra_ms: l.decode_extra_ms,
             slowdown_by_busy_replicas: l.slowdown_by_busy_replicas,
         }),
+        lockstep: data.lockstep(),
     }
 }
 
