@@ -721,14 +721,15 @@ impl<'a> Sim<'a> {
         let machine = &self.setup.machine;
         let contended = machine.contended();
         let mut busy = if contended { self.busy_replicas() } else { 0 };
-        // Lock step: the replicas computing before this dispatch, and the longest prefill
-        // it starts (with its start), which their next iteration waits for.
+        // Lock step: the replicas computing before this dispatch, whose next iteration waits
+        // for the prefills it starts.
         let before: Vec<usize> = if machine.lockstep {
             (0..self.replicas.len()).filter(|&r| self.replicas[r].batch.is_some()).collect()
         } else {
             Vec::new()
         };
-        let mut held: Option<(f64, f64)> = None; // (start, ms the iteration is longer)
+        // The earliest prefill this dispatch starts.
+        let mut held_from: Option<f64> = None;
         while !self.queue.is_empty() {
             let Some(r) = self.idle.pop() else { break };
             let rep = &mut self.replicas[r];
@@ -785,20 +786,19 @@ impl<'a> Sim<'a> {
                 stalls: Vec::new(),
             };
             if needs_prefill {
-                // The iteration that holds the others up is the prefill's own, as the saturated
-                // walk timed it (a request's light-load extra is mostly outside it: the front
-                // end, the wake-up), and it lasts that much longer than a step whatever the
-                // contention (the host's round trip is in both).
-                let longer = est.prefill_ms - est.decode_step_ms;
-                held = Some(held.map_or((start, longer), |(t, d)| (t.min(start), d.max(longer))));
+                held_from = Some(held_from.map_or(start, |t| t.min(start)));
             }
             let end = batch.end();
             rep.batch = Some(batch);
             busy += 1;
             self.push(end, Kind::Done, r, seq);
         }
-        if let Some((start, longer_ms)) = held {
-            self.hold_up(&before, start, longer_ms);
+        if let Some(start) = held_from {
+            // The iteration that holds the others up is the prefill's own, as the saturated
+            // walk timed it (a request's light-load extra is mostly outside it: the front end,
+            // the wake-up), and it outlasts a step by that much whatever the contention (the
+            // host's round trip is in both).
+            self.hold_up(&before, start, est.prefill_ms - est.decode_step_ms);
         }
         self.repace(now);
     }
@@ -820,12 +820,9 @@ impl<'a> Sim<'a> {
             // Standing still for `longer_ms` of time is that much work at the current pace.
             let at = b.pace.work_at(start);
             b.stalls.push((at, longer_ms / b.pace.slowdown()));
-            rep.seq += 1;
-            moved.push((b.end(), r, rep.seq));
+            moved.push(r);
         }
-        for (end, r, seq) in moved {
-            self.push(end, Kind::Done, r, seq);
-        }
+        self.reschedule(&moved);
     }
 
     /// Replicas computing a batch now.
@@ -850,10 +847,19 @@ impl<'a> Sim<'a> {
                 continue;
             }
             b.pace.change(now, slowdown);
-            rep.seq += 1;
-            moved.push((b.end(), r, rep.seq));
+            moved.push(r);
         }
-        for (end, r, seq) in moved {
+        self.reschedule(&moved);
+    }
+
+    /// The batches of `replicas` were retimed: their old completions are void (a new
+    /// sequence number) and the new ones are scheduled.
+    fn reschedule(&mut self, replicas: &[usize]) {
+        for &r in replicas {
+            let rep = &mut self.replicas[r];
+            let Some(end) = rep.batch.as_ref().map(Batch::end) else { continue };
+            rep.seq += 1;
+            let seq = rep.seq;
             self.push(end, Kind::Done, r, seq);
         }
     }

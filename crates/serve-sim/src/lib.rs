@@ -271,11 +271,12 @@ pub struct LightLoad {
 }
 
 impl SharedMachine {
-    /// Whether replicas slow each other at all.
+    /// Whether replicas slow each other at all (any table, saturated or light).
     pub fn contended(&self) -> bool {
-        !self.slowdown_by_busy_replicas.is_empty() || !self.slowdown_by_batch.is_empty()
+        !self.slowdown_by_busy_replicas.is_empty()
+            || !self.slowdown_by_batch.is_empty()
+            || !self.light_load.slowdown_by_busy_replicas.is_empty()
     }
-
     /// The slowdown of a batch of `batch` requests while `busy` replicas (itself included)
     /// compute; `light`: the batch started with nobody waiting.
     pub fn slowdown(&self, busy: usize, batch: usize, light: bool) -> f64 {

@@ -215,6 +215,14 @@ fn contention_follows_the_batch_size() {
     assert!((light.slowdown(3, 1, true) - 2.0 * 2.2 / 1.6).abs() < 1e-12);
     assert_eq!(light.slowdown(2, 1, false), 1.6);
     assert_eq!(machine.slowdown(2, 1, true), 1.6, "no light table: the saturated one");
+    // A light table alone is contention too: the overlapping pairs below, each started with
+    // nobody waiting, slow by it (1.25 l for both, as with a saturated table of 1.5).
+    let light_only = SharedMachine {
+        light_load: LightLoad { slowdown_by_busy_replicas: vec![1.0, 1.5], ..LightLoad::default() },
+        ..SharedMachine::default()
+    };
+    let (o, l, ..) = overlapping_pairs(&ServeSetup { machine: light_only, ..setup() });
+    assert!(o.requests.iter().all(|r| (r.latency_ms().unwrap() - 1.25 * l).abs() < 1e-6));
 
     // In the simulator: the overlapping pairs of the test above, at batch size 1, slow by
     // the batch-1 table's 1.6 (not the single table's 9).
