@@ -20,8 +20,9 @@ pub const ARIMA_LIVEPUT_POLICY: &[u8] =
 pub const ROBUST_LIVEPUT_POLICY: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/policies/robust_liveput.wasm"));
 
-/// Robust liveput under a regret guard against the reactive baseline, both
-/// replayed under the cost model on the fleet actually seen: the default.
+/// Hedged liveput (persistence forecast + churn estimate) under a regret
+/// guard against the reactive baseline, both replayed under the cost model on
+/// the fleet actually seen: the default.
 pub const GUARDED_LIVEPUT_POLICY: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/policies/guarded_liveput.wasm"));
 
@@ -58,7 +59,7 @@ pub const BUILTIN_POLICIES: &[BuiltinPolicy] = &[
     BuiltinPolicy {
         name: "guarded-liveput",
         bytes: GUARDED_LIVEPUT_POLICY,
-        description: "robust liveput under a regret guard against the reactive baseline",
+        description: "hedged liveput (persistence + churn) under a regret guard against the reactive baseline",
         serving: false,
     },
     BuiltinPolicy {

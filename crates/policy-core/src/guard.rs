@@ -46,6 +46,7 @@
 //! Everything is `+ - * /` on `f64` and the candidates' own deterministic code,
 //! so a guest computes the same decisions bit for bit as the host.
 
+use crate::count_forecast::ForecastChoice;
 use crate::liveput::liveput;
 use crate::reactive::ThroughputOptimal;
 use crate::robust::RobustLiveput;
@@ -102,7 +103,7 @@ pub struct Shadow {
 /// The guarded policy: [`RobustLiveput`] under a regret guard against
 /// [`ThroughputOptimal`] (see the module documentation). Serves as both
 /// predictor and optimizer, and must, as [`RobustLiveput`] must.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct GuardedLiveput {
     /// The forecast-driven candidate.
     pub planner: RobustLiveput,
@@ -137,6 +138,24 @@ struct PendingInterval {
     before: u32,
     /// What the reactive shadow earned in it (`None`: not scorable).
     reactive: Option<f64>,
+}
+
+impl Default for GuardedLiveput {
+    /// The planner plans on a persistence forecast hedged by the observed
+    /// churn ([`crate::count_forecast`] says why not ARIMA).
+    fn default() -> Self {
+        GuardedLiveput {
+            planner: RobustLiveput::with_forecast(ForecastChoice::Persistence),
+            settings: GuardSettings::default(),
+            shadows: Default::default(),
+            leader: Candidate::default(),
+            predicted_interval: None,
+            scored_interval: None,
+            real: Shadow::default(),
+            pending: None,
+            real_gap: 0.0,
+        }
+    }
 }
 
 impl GuardedLiveput {

@@ -8,6 +8,7 @@
 
 pub mod arima;
 pub mod churn;
+pub mod count_forecast;
 pub mod guard;
 pub mod liveput;
 pub mod mixed;

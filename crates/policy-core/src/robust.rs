@@ -2,8 +2,10 @@
 //! forecast does not show.
 //!
 //! - **Predictor**: ARIMA(1,1,0) exactly as [`crate::arima::Arima`] (the
-//!   forecast records are the artifact's), and from the same history the
-//!   chance that an interval takes `k` instances ([`ChurnEstimator`]).
+//!   forecast records are the artifact's), or another count forecast
+//!   ([`crate::count_forecast`]: the default policy plans on persistence),
+//!   and from the same history the chance that an interval takes `k`
+//!   instances ([`ChurnEstimator`]).
 //! - **Optimizer**: the liveput dynamic program over the forecast, with every
 //!   forecast interval a mixture of "as forecast" and "as forecast, plus `k`
 //!   instances taken and replaced" at those chances
@@ -43,8 +45,8 @@
 //! with the estimator's prior alone. Either way the answer depends only on
 //! the calls made, so it is deterministic.
 
-use crate::arima::Arima;
 use crate::churn::ChurnEstimator;
+use crate::count_forecast::{CountForecaster, ForecastChoice};
 use crate::optimizer::Liveput;
 use crate::plan::Churn;
 use crate::{IntervalStats, OptimizeRequest, Optimizer, Plan, PredictRequest, Predictor};
@@ -53,8 +55,9 @@ use crate::{IntervalStats, OptimizeRequest, Optimizer, Plan, PredictRequest, Pre
 /// as both predictor and optimizer, and must, for the hedge to see the history.
 #[derive(Debug, Clone)]
 pub struct RobustLiveput {
-    /// The count forecast.
-    pub arima: Arima,
+    /// The count forecast: ARIMA by default, the paper's; persistence for
+    /// the default policy's planner ([`RobustLiveput::with_forecast`]).
+    pub forecast: CountForecaster,
     /// The per-interval chance of preemptions.
     pub estimator: ChurnEstimator,
     /// The hedged optimizer (its `churn` is set on every call).
@@ -68,9 +71,8 @@ pub struct RobustLiveput {
 /// undervalues migrations that pay back after it: with the true future and H
 /// = 8 it fell to 98.7% of the Oracle on a calm synthetic fleet where reactive
 /// reached 99.9%. Leave-one-trace-family-out selection over {1, 3, 6}
-/// horizons (`crates/sim/examples/generalisation.rs`) chose 6 for 48 of the 54
-/// held-out cases and 3 for the rest; results are flat within 0.3 points from
-/// 3 to 6 on every family.
+/// horizons (`crates/sim/examples/generalisation.rs`) chose 6 for every
+/// family held out.
 pub const DEFAULT_TERMINAL_HORIZONS: f64 = 6.0;
 
 impl Default for RobustLiveput {
@@ -78,7 +80,7 @@ impl Default for RobustLiveput {
     /// terminal value of [`DEFAULT_TERMINAL_HORIZONS`].
     fn default() -> Self {
         RobustLiveput {
-            arima: Arima::default(),
+            forecast: CountForecaster::new(ForecastChoice::Arima),
             estimator: ChurnEstimator::default(),
             optimizer: {
                 let mut optimizer = Liveput::default();
@@ -91,6 +93,12 @@ impl Default for RobustLiveput {
 }
 
 impl RobustLiveput {
+    /// The same planner with another count forecast
+    /// ([`crate::count_forecast`]; the default policy plans on persistence).
+    pub fn with_forecast(choice: ForecastChoice) -> Self {
+        RobustLiveput { forecast: CountForecaster::new(choice), ..RobustLiveput::default() }
+    }
+
     /// The churn the next [`Optimizer::optimize`] of `request` will hedge with.
     pub fn churn_for(&self, request: &OptimizeRequest) -> Vec<Churn> {
         match (&self.last, request.forecast.first()) {
@@ -102,7 +110,7 @@ impl RobustLiveput {
 
 impl Predictor for RobustLiveput {
     fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
-        let forecast = self.arima.predict(request)?;
+        let forecast = self.forecast.predict(request)?;
         self.last = request.history.last().map(|&seen| (seen, self.estimator.estimate(&request.history)));
         Ok(forecast)
     }
@@ -118,6 +126,7 @@ impl Optimizer for RobustLiveput {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arima::Arima;
     use crate::plan::tests::toy_profile;
     use crate::validate::{check_forecast, check_plan};
     use crate::{ModelProfile, ParallelConfig};

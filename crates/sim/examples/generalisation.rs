@@ -5,18 +5,25 @@
 //! baseline or peer under the same recovery rules.
 //!
 //! Leave-one-family-out: the guard's settings (terminal value, switching
-//! margin) are chosen from a small grid on every family but one, by the worst
+//! margin, the planner's count forecast) are chosen from a small grid on every family but one, by the worst
 //! ratio to the best baseline or peer there, and the held-out family is scored
 //! with that choice. A setting that only wins where it was chosen shows up as
 //! a loss on the held-out family.
 //!
-//! `cargo run --release -p parcae-sim --example generalisation -- [--markdown]`
-//! (from the workspace root; about ten minutes on two cores).
+//! `--fresh-seeds 11,12` also scores the default on traces generated afresh
+//! with those seeds (the stress shapes and the look-alikes, 24 h each): data
+//! nothing was chosen on.
+//!
+//! `cargo run --release -p parcae-sim --example generalisation -- [--markdown]
+//! [--fresh-seeds 11,12]` (from the workspace root; about four minutes on two
+//! cores, two more with fresh seeds).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use parcae_policy_core::IntervalStats;
 use parcae_policy_core::ParallelConfig;
+use parcae_policy_core::count_forecast::{CountForecaster, ForecastChoice};
 use parcae_policy_core::guard::{GuardSettings, GuardedLiveput};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
@@ -24,6 +31,7 @@ use parcae_sim::peers::{self, PeerConstants};
 use parcae_sim::{
     MigrationMode, Peer, PeerSettings, Prices, drive_native, oracle_under, reactive, simulate_under,
 };
+use parcae_traces::synth::{Scenario, SynthSpec};
 
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
@@ -43,15 +51,21 @@ const TRACES: [(&str, &str); 9] = [
     ("fitted", "data/traces/synthetic/aws-g4dn-like.csv"),
 ];
 
-/// The grid the held-out selection chooses from: (terminal horizons, margin,
-/// whether the real job's own regret also hands over to reactive).
-const GRID: [(f64, f64, bool); 6] = [
-    (6.0, 0.002, true),
-    (6.0, 0.002, false),
-    (3.0, 0.002, true),
-    (1.0, 0.002, true),
-    (6.0, 0.01, true),
-    (6.0, 0.0, true),
+/// One setting of the guard: (terminal horizons, margin, whether the real
+/// job's own regret also hands over to reactive, the planner's count
+/// forecast).
+type Setting = (f64, f64, bool, ForecastChoice);
+
+/// The grid the held-out selection chooses from.
+const GRID: [Setting; 8] = [
+    (6.0, 0.002, true, ForecastChoice::Persistence),
+    (6.0, 0.002, true, ForecastChoice::Arima),
+    (6.0, 0.002, true, ForecastChoice::ByRecentError),
+    (6.0, 0.002, false, ForecastChoice::Persistence),
+    (3.0, 0.002, true, ForecastChoice::Persistence),
+    (1.0, 0.002, true, ForecastChoice::Persistence),
+    (6.0, 0.01, true, ForecastChoice::Persistence),
+    (6.0, 0.0, true, ForecastChoice::Persistence),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.
@@ -67,35 +81,50 @@ struct Case {
     policy: Vec<f64>,
 }
 
+impl Case {
+    /// A table row's first columns: the case and its best other row.
+    fn columns(&self) -> String {
+        format!(
+            "{} | {} | {} | {} | {:.1}",
+            self.trace,
+            self.model,
+            self.notice_s,
+            self.best_other.1,
+            100.0 * self.best_other.0 / self.oracle
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments, reason = "one case's coordinates and the shared inputs")]
 fn run_case(
     family: &'static str,
-    path: &str,
+    trace: String,
+    series: &[IntervalStats],
     model: &'static str,
     notice_s: f64,
     constants: &CostConstants,
     peer_constants: &PeerConstants,
+    grid: &[Setting],
 ) -> Case {
     let profile = Profile::load(Path::new("data/profiles/p3-v100-parcae.json"))
         .and_then(|p| p.model_profile(model, constants))
         .expect("the p3 profile loads");
     let recovery = constants.recovery(notice_s * 1000.0).expect("the constants give a recovery");
-    let series =
-        parcae_traces::load(Path::new(path)).expect("trace loads").series(INTERVAL_MS).unwrap().intervals;
     let prices = Prices { spot_usd_per_hour: 0.918, on_demand_usd_per_hour: 3.06 };
     // Our rows run at the Young/Daly checkpoint cadence (as `bench` scores
     // them); the peers model their own.
     let system = with_young_daly_cadence(
         &profile,
-        &series,
+        series,
         INTERVAL_MS,
         &recovery,
         constants.checkpoint_snapshot_bytes_per_ms(),
     );
     let score = |d: &[Option<ParallelConfig>], mode| {
-        simulate_under(&system, &series, INTERVAL_MS, d, prices, mode, recovery).unwrap().totals.samples
+        simulate_under(&system, series, INTERVAL_MS, d, prices, mode, recovery).unwrap().totals.samples
     };
-    let oracle = score(&oracle_under(&system, &series, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
-    let reactive_plan = reactive(&system, &series);
+    let oracle = score(&oracle_under(&system, series, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
+    let reactive_plan = reactive(&system, series);
     let mut others = vec![
         (score(&reactive_plan, MigrationMode::Live), "reactive".to_string()),
         (score(&reactive_plan, MigrationMode::RestartOnChange), "reactive-restart".to_string()),
@@ -103,46 +132,48 @@ fn run_case(
     let peer_settings = PeerSettings { interval_ms: INTERVAL_MS, prices, runs: 16, seed: 1 };
     for peer in [Peer::Bamboo, Peer::Varuna, Peer::Oobleck] {
         if let Ok(run) =
-            peers::run(peer, &profile, &series, peer_constants, &peer_settings, (notice_s * 1000.0) as u64)
+            peers::run(peer, &profile, series, peer_constants, &peer_settings, (notice_s * 1000.0) as u64)
         {
             others.push((run.result.totals.samples, peer.as_str().to_string()));
         }
     }
     let best_other = others.into_iter().max_by(|a, b| a.0.total_cmp(&b.0)).unwrap();
-    let policy = GRID
+    let policy = grid
         .iter()
-        .map(|&(terminal, margin, real_regret)| {
+        .map(|&(terminal, margin, real_regret, forecast)| {
             let mut guarded = GuardedLiveput::with_settings(GuardSettings {
                 margin,
                 real_regret,
                 ..GuardSettings::default()
             });
             guarded.planner.optimizer.terminal_horizons = terminal;
-            let decisions = drive_native(&mut guarded, &series, &system, recovery, INTERVAL_MS, HORIZON)
+            guarded.planner.forecast = CountForecaster::new(forecast);
+            let decisions = drive_native(&mut guarded, series, &system, recovery, INTERVAL_MS, HORIZON)
                 .expect("the native policy does not fail on a profiled model");
             score(&decisions, MigrationMode::Live)
         })
         .collect();
-    Case {
-        family,
-        trace: path.rsplit('/').next().unwrap().to_string(),
-        model,
-        notice_s,
-        oracle,
-        best_other,
-        policy,
-    }
+    Case { family, trace, model, notice_s, oracle, best_other, policy }
 }
 
-fn main() {
-    let constants = CostConstants::load(Path::new("data/profiles/cost-constants.json")).expect("constants");
-    let text = std::fs::read_to_string("data/profiles/peer-constants.json")
-        .expect("data/profiles/peer-constants.json");
-    let peer_constants: PeerConstants = serde_json::from_str(&text).expect("peer constants parse");
-    peer_constants.validate().expect("peer constants are valid");
-    let jobs: Vec<(&'static str, &'static str, &'static str, f64)> = TRACES
+/// One trace to score: its family, file name and intervals.
+struct Trace {
+    family: &'static str,
+    name: String,
+    series: Vec<IntervalStats>,
+}
+
+/// Every (trace, model, notice) case of `traces`, the policy scored with
+/// each of `grid`, on up to four threads; in the order of `traces`.
+fn run_all(
+    traces: &[Trace],
+    grid: &[Setting],
+    constants: &CostConstants,
+    peer_constants: &PeerConstants,
+) -> Vec<Case> {
+    let jobs: Vec<(&Trace, &'static str, f64)> = traces
         .iter()
-        .flat_map(|&(f, t)| MODELS.iter().flat_map(move |&m| NOTICES_S.iter().map(move |&n| (f, t, m, n))))
+        .flat_map(|t| MODELS.iter().flat_map(move |&m| NOTICES_S.iter().map(move |&n| (t, m, n))))
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -152,8 +183,9 @@ fn main() {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    let Some(&(f, t, m, n)) = jobs.get(i) else { break };
-                    let case = run_case(f, t, m, n, &constants, &peer_constants);
+                    let Some(&(t, m, n)) = jobs.get(i) else { break };
+                    let case =
+                        run_case(t.family, t.name.clone(), &t.series, m, n, constants, peer_constants, grid);
                     eprintln!("{}/{}: {} {} {} s", i + 1, jobs.len(), case.trace, m, n);
                     cases.lock().unwrap().push((i, case));
                 }
@@ -162,7 +194,67 @@ fn main() {
     });
     let mut cases = cases.into_inner().unwrap();
     cases.sort_by_key(|(i, _)| *i);
-    let cases: Vec<Case> = cases.into_iter().map(|(_, c)| c).collect();
+    cases.into_iter().map(|(_, c)| c).collect()
+}
+
+/// Traces generated afresh with each of `seeds` (none is in the repository,
+/// so nothing was chosen on them): the four stress shapes and look-alikes of
+/// the public AWS traces, 24 h each.
+fn fresh_traces(seeds: &[u64]) -> Vec<Trace> {
+    let mut traces = Vec::new();
+    for &seed in seeds {
+        let mut specs: Vec<(&'static str, SynthSpec)> =
+            Scenario::ALL.iter().map(|s| (s.name(), s.spec(24.0, seed))).collect();
+        for (family, path) in [
+            ("aws-p3-like", "data/traces/aws-p3/p3-events.csv"),
+            ("aws-g4dn-like", "data/traces/aws-g4dn/g4dn-events.csv"),
+        ] {
+            let real = parcae_traces::load(Path::new(path)).expect("public trace loads");
+            let spec =
+                SynthSpec::fitted(&real, INTERVAL_MS, family, 24.0, seed).expect("the public trace fits");
+            specs.push((family, spec));
+        }
+        for (family, spec) in specs {
+            let trace = spec.generate().expect("a synthetic trace generates");
+            traces.push(Trace {
+                family,
+                name: format!("{family} seed {seed}"),
+                series: trace.series(INTERVAL_MS).expect("a synthetic trace has a series").intervals,
+            });
+        }
+    }
+    traces
+}
+
+fn main() {
+    let constants = CostConstants::load(Path::new("data/profiles/cost-constants.json")).expect("constants");
+    let text = std::fs::read_to_string("data/profiles/peer-constants.json")
+        .expect("data/profiles/peer-constants.json");
+    let peer_constants: PeerConstants = serde_json::from_str(&text).expect("peer constants parse");
+    peer_constants.validate().expect("peer constants are valid");
+    let args: Vec<String> = std::env::args().collect();
+    let fresh_seeds: Vec<u64> = match args.iter().position(|a| a == "--fresh-seeds") {
+        Some(i) => args
+            .get(i + 1)
+            .expect("--fresh-seeds takes a comma-separated list of seeds")
+            .split(',')
+            .map(|s| s.trim().parse().expect("--fresh-seeds: seeds are unsigned integers"))
+            .collect(),
+        None => Vec::new(),
+    };
+    let traces: Vec<Trace> = TRACES
+        .iter()
+        .map(|&(family, path)| Trace {
+            family,
+            name: path.rsplit('/').next().unwrap().to_string(),
+            series: parcae_traces::load(Path::new(path))
+                .expect("trace loads")
+                .series(INTERVAL_MS)
+                .unwrap()
+                .intervals,
+        })
+        .collect();
+    let cases = run_all(&traces, &GRID, &constants, &peer_constants);
 
     // Leave one family out: the setting with the best worst-case ratio to the
     // best other row on the remaining families.
@@ -189,8 +281,8 @@ fn main() {
         chosen.insert(held_out, best);
     }
     println!(
-        "Leave-one-family-out: the guard setting (terminal horizons, margin, and `real` when the real job's \
-         own regret also hands over) chosen without each family, \
+        "Leave-one-family-out: the guard setting (terminal horizons, margin, `real` when the real job's \
+         own regret also hands over, and the planner's count forecast) chosen without each family, \
          and that family scored with it; beside it, the default setting on every family.\n"
     );
     println!(
@@ -200,11 +292,12 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let default = GRID
         .iter()
-        .position(|&(t, m, r)| {
+        .position(|&(t, m, r, f)| {
             let d = GuardedLiveput::default();
             t == d.planner.optimizer.terminal_horizons
                 && m == d.settings.margin
                 && r == d.settings.real_regret
+                && f == d.planner.forecast.choice
         })
         .expect("the default setting is in the grid");
     let (mut worst, mut worst_default, mut below_97, mut below_97_default) =
@@ -218,13 +311,9 @@ fn main() {
         below_97 += usize::from(p < 0.97 * c.oracle);
         below_97_default += usize::from(d < 0.97 * c.oracle);
         println!(
-            "| {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.3} | {} | {:.1} | {:.3} |",
+            "| {} | {} | {:.1} | {:.4} | {} | {:.1} | {:.4} |",
             c.family,
-            c.trace,
-            c.model,
-            c.notice_s,
-            c.best_other.1,
-            100.0 * c.best_other.0 / c.oracle,
+            c.columns(),
             100.0 * d / c.oracle,
             d / other,
             setting_name(GRID[s]),
@@ -233,14 +322,44 @@ fn main() {
         );
     }
     println!(
-        "\ndefault ({}): worst policy / best other row {worst_default:.3}, {below_97_default} of {} cases \
-         below 97% of the Oracle; held out: worst {worst:.3}, {below_97} below 97%",
+        "\ndefault ({}): worst policy / best other row {worst_default:.4}, {below_97_default} of {} cases \
+         below 97% of the Oracle; held out: worst {worst:.4}, {below_97} below 97%",
         setting_name(GRID[default]),
+        cases.len()
+    );
+    if !fresh_seeds.is_empty() {
+        print_fresh(&fresh_traces(&fresh_seeds), GRID[default], &fresh_seeds, &constants, &peer_constants);
+    }
+}
+
+/// The default setting alone on traces generated afresh ([`fresh_traces`]).
+fn print_fresh(
+    traces: &[Trace],
+    default: Setting,
+    seeds: &[u64],
+    constants: &CostConstants,
+    peer_constants: &PeerConstants,
+) {
+    let cases = run_all(traces, &[default], constants, peer_constants);
+    println!("\nThe default on traces generated afresh (seeds {seeds:?}, none in the repository):\n");
+    println!(
+        "| trace | model | notice s | best other row | its % of Oracle | default: % of Oracle | default / best other |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let (mut worst, mut below_97) = (f64::INFINITY, 0);
+    for c in &cases {
+        let (d, other) = (c.policy[0], c.best_other.0.max(1.0));
+        worst = worst.min(d / other);
+        below_97 += usize::from(d < 0.97 * c.oracle);
+        println!("| {} | {:.1} | {:.4} |", c.columns(), 100.0 * d / c.oracle, d / other);
+    }
+    println!(
+        "\nfresh traces: worst default / best other row {worst:.4}, {below_97} of {} cases below 97% of the Oracle",
         cases.len()
     );
 }
 
 /// A grid setting as the table shows it.
-fn setting_name((terminal, margin, real_regret): (f64, f64, bool)) -> String {
-    format!("{terminal}x, {margin}{}", if real_regret { ", real" } else { "" })
+fn setting_name((terminal, margin, real_regret, forecast): (f64, f64, bool, ForecastChoice)) -> String {
+    format!("{terminal}x, {margin}{}, {}", if real_regret { ", real" } else { "" }, forecast.as_str())
 }

@@ -138,7 +138,9 @@ pub use parcae_policy_core::IntervalStats;
 /// exactly `t = k * interval_ms` belongs to interval `k` (the one it opens),
 /// never to interval `k - 1`. This matches the Parcae artifact, whose
 /// per-minute `[prev_N, in, out]` triples count the events at the start of
-/// each minute.
+/// each minute. An interval never preempts more instances than it started
+/// with: removals beyond those took instances that joined within the
+/// interval, and cancel against its arrivals.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct IntervalSeries {
     /// Interval length in ms.
@@ -255,6 +257,25 @@ impl Trace {
     /// for the boundary rule). Fails only for `interval_ms == 0` or when the
     /// series would exceed [`MAX_INTERVALS`].
     pub fn series(&self, interval_ms: u64) -> Result<IntervalSeries, TraceError> {
+        let mut intervals = self.event_counts(interval_ms)?;
+        let mut alive: u32 = 0;
+        for slot in &mut intervals {
+            // Removals beyond the instances alive at the interval's start took
+            // instances that joined within it: they never ran at a boundary,
+            // where layouts are chosen, so they cancel against arrivals
+            // instead of preempting instances that were not there.
+            let blips = slot.preemptions.saturating_sub(alive).min(slot.arrivals);
+            slot.arrivals -= blips;
+            slot.preemptions -= blips;
+            alive = alive.saturating_add(slot.arrivals).saturating_sub(slot.preemptions);
+            slot.instances = alive;
+        }
+        Ok(IntervalSeries { interval_ms, intervals })
+    }
+
+    /// The additions and removals in each interval, as the file has them
+    /// (`instances` left 0).
+    fn event_counts(&self, interval_ms: u64) -> Result<Vec<IntervalStats>, TraceError> {
         let n = self.interval_count(interval_ms)?;
         let mut intervals = vec![IntervalStats::default(); n as usize];
         for e in &self.events {
@@ -266,12 +287,7 @@ impl Trace {
                 }
             }
         }
-        let mut alive: u32 = 0;
-        for slot in &mut intervals {
-            alive = alive.saturating_add(slot.arrivals).saturating_sub(slot.preemptions);
-            slot.instances = alive;
-        }
-        Ok(IntervalSeries { interval_ms, intervals })
+        Ok(intervals)
     }
 
     /// Every instance's stay, in order of addition. A node id that is removed
@@ -311,8 +327,8 @@ impl Trace {
     /// `[h * 3600 s, (h + 1) * 3600 s)` (same boundary rule as [`Trace::series`]); empty
     /// only if the trace is too long to cut into hours (more than [`MAX_INTERVALS`]).
     pub fn preemptions_by_hour_of_trace(&self) -> Vec<u32> {
-        match self.series(HOUR_MS) {
-            Ok(s) => s.intervals.iter().map(|i| i.preemptions).collect(),
+        match self.event_counts(HOUR_MS) {
+            Ok(counts) => counts.iter().map(|i| i.preemptions).collect(),
             Err(_) => Vec::new(),
         }
     }

@@ -746,4 +746,21 @@ mod tests {
         assert_eq!(s.intervals[1], crate::IntervalStats { instances: 1, arrivals: 0, preemptions: 1 });
         assert_eq!(s.intervals[2], crate::IntervalStats { instances: 2, arrivals: 1, preemptions: 0 });
     }
+
+    #[test]
+    fn an_instance_that_comes_and_goes_within_an_interval_preempts_nothing() {
+        // c joins and leaves within the first minute, before any boundary: it
+        // cancels against the arrivals instead of preempting an instance the
+        // interval did not start with (a cost model would reject 1 preemption
+        // of 0 instances). Within the second minute, d comes and goes while
+        // a and b were there: one preemption and one arrival, as before.
+        let text = "0,add,a\n0,add,b\n10000,add,c\n20000,remove,c\n70000,add,d\n80000,remove,d\n";
+        let t = parse(text, None).unwrap();
+        let s = t.series(60_000).unwrap();
+        assert_eq!(s.intervals[0], crate::IntervalStats { instances: 2, arrivals: 2, preemptions: 0 });
+        assert_eq!(s.intervals[1], crate::IntervalStats { instances: 2, arrivals: 1, preemptions: 1 });
+        // Three come, all three go, from an empty fleet.
+        let t = parse("0,add,a\n1,add,b\n2,add,c\n3,remove,a\n4,remove,b\n5,remove,c\n", None).unwrap();
+        assert_eq!(t.series(60_000).unwrap().intervals[0], crate::IntervalStats::default());
+    }
 }

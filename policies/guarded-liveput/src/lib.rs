@@ -1,5 +1,7 @@
-//! Guarded liveput as a guest component, the default policy: robust liveput
-//! (ARIMA forecast, hedged liveput program) followed only while it earns at
+//! Guarded liveput as a guest component, the default policy: hedged liveput
+//! (a persistence count forecast, the observed churn's risk, the liveput
+//! program; `parcae_policy_core::count_forecast` says why not ARIMA)
+//! followed only while it earns at
 //! least what the reactive baseline would have earned on the same fleet, both
 //! replayed under the cost model on the intervals actually observed
 //! (`parcae_policy_core::guard`).
