@@ -77,16 +77,6 @@ pub enum CountPredictor {
     Arima,
 }
 
-impl CountPredictor {
-    /// Its name in logs and tables.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            CountPredictor::Persistence => "persistence",
-            CountPredictor::Arima => "arima",
-        }
-    }
-}
-
 /// A forecast waiting for the counts it predicted.
 #[derive(Debug, Clone)]
 struct Outstanding {
