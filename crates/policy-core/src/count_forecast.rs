@@ -83,7 +83,8 @@ struct Outstanding {
     /// Length of the history it was made from: its step `h` predicts the
     /// count at history index `made_at + h`.
     made_at: usize,
-    /// The counts each predictor forecast, indexed like [`CountForecaster::errors`].
+    /// The counts each predictor forecast (both as long as the horizon),
+    /// indexed like [`CountForecaster::errors`].
     counts: [Vec<u32>; 2],
 }
 
@@ -104,8 +105,6 @@ pub struct CountForecaster {
     outstanding: VecDeque<Outstanding>,
     /// History length of the last call: only counts after it are scored.
     seen: usize,
-    /// The predictor the last call answered with.
-    chosen: CountPredictor,
 }
 
 impl CountForecaster {
@@ -120,16 +119,20 @@ impl CountForecaster {
             errors: [0.0; 2],
             outstanding: VecDeque::new(),
             seen: 0,
-            chosen: match choice {
-                ForecastChoice::Arima => CountPredictor::Arima,
-                _ => CountPredictor::Persistence,
-            },
         }
     }
 
-    /// The predictor the last forecast came from.
+    /// The predictor the next forecast comes from, by the errors scored so
+    /// far (the last forecast's, once no new count has come in).
     pub fn chosen(&self) -> CountPredictor {
-        self.chosen
+        match self.choice {
+            ForecastChoice::Arima => CountPredictor::Arima,
+            ForecastChoice::Persistence => CountPredictor::Persistence,
+            ForecastChoice::ByRecentError => {
+                let [persistence, arima] = self.errors;
+                if arima < persistence { CountPredictor::Arima } else { CountPredictor::Persistence }
+            }
+        }
     }
 
     /// The weighted absolute error of `predictor`'s forecasts so far.
@@ -163,7 +166,7 @@ impl CountForecaster {
         }
         self.seen = history.len();
         let seen = self.seen;
-        self.outstanding.retain(|f| f.made_at + f.counts[0].len().max(f.counts[1].len()) > seen);
+        self.outstanding.retain(|f| f.made_at + f.counts[0].len() > seen);
     }
 }
 
@@ -177,7 +180,7 @@ impl Predictor for CountForecaster {
         let arima = self.arima.predict(request)?;
         // A repeated call for the same interval scores nothing twice and
         // keeps one forecast per interval.
-        let repeated = request.history.len() == self.seen && !self.outstanding.is_empty();
+        let repeated = request.history.len() == self.seen;
         self.score(&request.history);
         let persistence = Persistence.predict(request)?;
         if !repeated && !request.history.is_empty() {
@@ -187,10 +190,7 @@ impl Predictor for CountForecaster {
                 counts: [counts(&persistence), counts(&arima)],
             });
         }
-        let [persistence_error, arima_error] = self.errors;
-        self.chosen =
-            if arima_error < persistence_error { CountPredictor::Arima } else { CountPredictor::Persistence };
-        Ok(match self.chosen {
+        Ok(match self.chosen() {
             CountPredictor::Persistence => persistence,
             CountPredictor::Arima => arima,
         })

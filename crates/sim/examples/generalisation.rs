@@ -5,18 +5,18 @@
 //! baseline or peer under the same recovery rules.
 //!
 //! Leave-one-family-out: the guard's settings (terminal value, switching
-//! margin, the planner's count forecast) are chosen from a small grid on every family but one, by the worst
-//! ratio to the best baseline or peer there, and the held-out family is scored
-//! with that choice. A setting that only wins where it was chosen shows up as
-//! a loss on the held-out family.
+//! margin, the planner's count forecast) are chosen from a small grid on every
+//! family but one, by the worst ratio to the best baseline or peer there, and
+//! the held-out family is scored with that choice. A setting that only wins
+//! where it was chosen shows up as a loss on the held-out family.
 //!
 //! `--fresh-seeds 11,12` also scores the default on traces generated afresh
 //! with those seeds (the stress shapes and the look-alikes, 24 h each): data
 //! nothing was chosen on.
 //!
-//! `cargo run --release -p parcae-sim --example generalisation -- [--markdown]
-//! [--fresh-seeds 11,12]` (from the workspace root; about four minutes on two
-//! cores, two more with fresh seeds).
+//! `cargo run --release -p parcae-sim --example generalisation [-- --fresh-seeds
+//! 11,12]` prints the tables as markdown (from the workspace root; about four
+//! minutes on two cores, two more with fresh seeds).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -157,7 +157,7 @@ fn run_case(
 }
 
 /// One trace to score: its family, file name and intervals.
-struct Trace {
+struct ScoredTrace {
     family: &'static str,
     name: String,
     series: Vec<IntervalStats>,
@@ -166,12 +166,12 @@ struct Trace {
 /// Every (trace, model, notice) case of `traces`, the policy scored with
 /// each of `grid`, on up to four threads; in the order of `traces`.
 fn run_all(
-    traces: &[Trace],
+    traces: &[ScoredTrace],
     grid: &[Setting],
     constants: &CostConstants,
     peer_constants: &PeerConstants,
 ) -> Vec<Case> {
-    let jobs: Vec<(&Trace, &'static str, f64)> = traces
+    let jobs: Vec<(&ScoredTrace, &'static str, f64)> = traces
         .iter()
         .flat_map(|t| MODELS.iter().flat_map(move |&m| NOTICES_S.iter().map(move |&n| (t, m, n))))
         .collect();
@@ -200,7 +200,7 @@ fn run_all(
 /// Traces generated afresh with each of `seeds` (none is in the repository,
 /// so nothing was chosen on them): the four stress shapes and look-alikes of
 /// the public AWS traces, 24 h each.
-fn fresh_traces(seeds: &[u64]) -> Vec<Trace> {
+fn fresh_traces(seeds: &[u64]) -> Vec<ScoredTrace> {
     let mut traces = Vec::new();
     for &seed in seeds {
         let mut specs: Vec<(&'static str, SynthSpec)> =
@@ -216,7 +216,7 @@ fn fresh_traces(seeds: &[u64]) -> Vec<Trace> {
         }
         for (family, spec) in specs {
             let trace = spec.generate().expect("a synthetic trace generates");
-            traces.push(Trace {
+            traces.push(ScoredTrace {
                 family,
                 name: format!("{family} seed {seed}"),
                 series: trace.series(INTERVAL_MS).expect("a synthetic trace has a series").intervals,
@@ -242,9 +242,9 @@ fn main() {
             .collect(),
         None => Vec::new(),
     };
-    let traces: Vec<Trace> = TRACES
+    let traces: Vec<ScoredTrace> = TRACES
         .iter()
-        .map(|&(family, path)| Trace {
+        .map(|&(family, path)| ScoredTrace {
             family,
             name: path.rsplit('/').next().unwrap().to_string(),
             series: parcae_traces::load(Path::new(path))
@@ -334,7 +334,7 @@ fn main() {
 
 /// The default setting alone on traces generated afresh ([`fresh_traces`]).
 fn print_fresh(
-    traces: &[Trace],
+    traces: &[ScoredTrace],
     default: Setting,
     seeds: &[u64],
     constants: &CostConstants,

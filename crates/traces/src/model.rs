@@ -274,8 +274,8 @@ impl Trace {
     }
 
     /// The additions and removals in each interval, as the file has them
-    /// (`instances` left 0).
-    fn event_counts(&self, interval_ms: u64) -> Result<Vec<IntervalStats>, TraceError> {
+    /// (`instances` left 0): what [`Trace::stats`] describes.
+    pub(crate) fn event_counts(&self, interval_ms: u64) -> Result<Vec<IntervalStats>, TraceError> {
         let n = self.interval_count(interval_ms)?;
         let mut intervals = vec![IntervalStats::default(); n as usize];
         for e in &self.events {

@@ -95,7 +95,9 @@ pub struct TraceStats {
 impl Trace {
     /// Computes [`TraceStats`] with `interval_ms` intervals; fails like [`Trace::series`].
     pub fn stats(&self, interval_ms: u64) -> Result<TraceStats, TraceError> {
-        let series = self.series(interval_ms)?;
+        // The file's own additions and removals per interval (not the
+        // series, whose intervals cancel instances that came and went).
+        let counts = self.event_counts(interval_ms)?;
 
         // Exact step function over time.
         let mut alive: i64 = 0;
@@ -161,7 +163,7 @@ impl Trace {
             mean_minutes: minutes(ended.iter().sum::<u64>()) / ended.len() as f64,
         });
 
-        let iv = &series.intervals;
+        let iv = &counts;
         Ok(TraceStats {
             source: self.source.display().to_string(),
             format: self.format,
