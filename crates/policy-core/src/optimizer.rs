@@ -43,8 +43,9 @@ pub struct Liveput {
     pub churn: Vec<Churn>,
     /// Terminal value of a plan, in horizons: the last planned layout is
     /// credited with what it would train for this many more horizons
-    /// ([`PlanOptions::terminal_ms`]). 0 (the default, the paper's optimizer)
-    /// credits nothing past the horizon.
+    /// ([`PlanOptions::terminal_ms`]; with [`Liveput::churn`], less the work
+    /// that churn's wipes would roll back). 0 (the default, the paper's
+    /// optimizer) credits nothing past the horizon.
     pub terminal_horizons: f64,
 }
 

@@ -70,9 +70,10 @@ pub struct RobustLiveput {
 /// ([`Liveput::terminal_horizons`]). Without one the receding horizon
 /// undervalues migrations that pay back after it: with the true future and H
 /// = 8 it fell to 98.7% of the Oracle on a calm synthetic fleet where reactive
-/// reached 99.9%. Leave-one-trace-family-out selection over {1, 3, 6}
-/// horizons (`crates/sim/examples/generalisation.rs`) chose 6 for every
-/// family held out.
+/// reached 99.9%. It is charged for the work the hedge's churn would roll
+/// back ([`crate::plan::PlanOptions::terminal_ms`]). Leave-one-trace-family-out
+/// selection over {1, 3, 6} horizons (`crates/sim/examples/generalisation.rs`)
+/// chose 6 for every family held out.
 pub const DEFAULT_TERMINAL_HORIZONS: f64 = 6.0;
 
 impl Default for RobustLiveput {

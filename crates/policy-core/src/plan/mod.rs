@@ -273,8 +273,13 @@ pub struct PlanOptions {
     /// ms. A receding-horizon planner without it undervalues any migration
     /// whose payback lies past the horizon, and holds layouts that a reactive
     /// policy would already have left: with the true future and H = 8 it fell
-    /// below the reactive baseline on calm fleets. 0 (the default, and the
-    /// Oracle's: its horizon is the whole trace) credits nothing.
+    /// below the reactive baseline on calm fleets. A hedged plan also charges
+    /// the layout for what the last interval's churn would roll back over
+    /// that time (its wipes: the work since the checkpoint and the restart):
+    /// else a layout one unannounced preemption cuts looks safe for the whole
+    /// terminal time, and the plan drifts to it where preemptions are
+    /// frequent. 0 (the default, and the Oracle's: its horizon is the whole
+    /// trace) credits nothing.
     pub terminal_ms: f64,
 }
 
@@ -410,6 +415,7 @@ fn plan(
         current,
         carried_ms,
         speeds: rows.as_deref(),
+        terminal_churn: churn.get(steps.len() - 1).map_or(&[][..], Vec::as_slice),
     };
     program::run(&ctx, &horizon, options, store, work)
 }

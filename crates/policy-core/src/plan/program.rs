@@ -8,7 +8,7 @@ use super::PlannedStep;
 use super::cache::{CacheStats, DistributionStore, OutcomeTerms, table_key};
 use super::layouts::{PlanContext, tie_order};
 use super::pruning::{pruned_states, tries_predecessor};
-use super::scenarios::Mixture;
+use super::scenarios::{Churn, Mixture, mixtures};
 use super::{PlanOptions, Step};
 use crate::ParallelConfig;
 use crate::liveput::LiveputError;
@@ -86,6 +86,10 @@ pub(super) struct Horizon<'a> {
     /// trains before the first interval (row 0) and in each interval (row `i + 1`),
     /// samples/s; 0 where it cannot run. `None`: the profile's throughput throughout.
     pub(super) speeds: Option<&'a [Vec<f64>]>,
+    /// The churn of the last interval: with a terminal value, the last layout is
+    /// charged for the work this churn's wipes would roll back after the
+    /// horizon (empty: nothing).
+    pub(super) terminal_churn: &'a [Churn],
 }
 
 /// The best plan over `horizon`, one step per interval.
@@ -101,8 +105,9 @@ pub(super) fn run(
     for (i, (mix, &after)) in horizon.mixtures.iter().zip(horizon.afters).enumerate() {
         program.advance(i, mix, after, store, work)?;
     }
+    let penalties = program.terminal_penalties(horizon, store, work)?;
     let best = program
-        .best_final_pair(work)
+        .best_final_pair(work, penalties.as_deref())
         .ok_or(LiveputError::Numerical { reason: "no plan reaches the last interval" })?;
     Ok(program.trace_back(&work.points, best, horizon.mixtures.len()))
 }
@@ -329,11 +334,60 @@ impl<'a> Program<'a> {
         Ok(commit_front(points, best, scratch, self.options.max_front, &mut store.stats))
     }
 
+    /// With a terminal value and churn, what each state loses per ms after the
+    /// horizon to the churn's wipes: staying in its layout on the fleet the
+    /// horizon ends with, under the last interval's churn, the expected work
+    /// rolled back and the restart's time when some stage loses every replica,
+    /// over the interval. Crediting the throughput alone would value a layout
+    /// one unannounced preemption cuts as if none came for the whole terminal
+    /// time, and draw the plan to it where preemptions come often. Only wipes
+    /// are charged: the work they roll back is lost whatever the plans after
+    /// the horizon do, while the migrations a thinned stage needs are theirs to
+    /// choose (charging those too cost the default 1.3 points of the Oracle on
+    /// the mixed p3+g4dn fleet). `None` (no terminal value, no churn, or a
+    /// mixed fleet's varying speeds): nothing is charged.
+    fn terminal_penalties(
+        &self,
+        horizon: &Horizon<'_>,
+        store: &mut DistributionStore,
+        work: &mut Work,
+    ) -> Result<Option<Vec<f64>>, LiveputError> {
+        let Some(&after) = horizon.afters.last() else { return Ok(None) };
+        if self.options.terminal_ms <= 0.0 || horizon.terminal_churn.is_empty() || self.speeds.is_some() {
+            return Ok(None);
+        }
+        let fleet = u32::try_from(after).unwrap_or(u32::MAX);
+        let steady = mixtures(&[Step::between(fleet, fleet, 0)], &[horizon.terminal_churn.to_vec()])?;
+        let n_states = self.n_states();
+        let mut penalties = vec![0.0; n_states];
+        for (t, penalty) in penalties.iter_mut().enumerate().take(self.pause) {
+            if self.ctx.layouts[t].instances > after {
+                continue;
+            }
+            work.outcomes.clear();
+            for &(probability, step) in &steady[0] {
+                let table = store.table(table_key(step), n_states * n_states);
+                let (start, len) = store.entry(table, t * n_states + t, self.ctx, step, Some(t), t)?;
+                work.outcomes.push(ScenarioOutcomes { weight: probability, start, end: start + len });
+            }
+            let thr = self.ctx.layouts[t].thr;
+            let mut lost = 0.0f64;
+            for s in work.outcomes.iter() {
+                for o in store.outs[s.start..s.end].iter().filter(|o| o.lost > 0.0) {
+                    let restarting = thr * o.d.min(self.interval_ms) / 1000.0;
+                    lost += s.weight * o.p * (restarting + o.lost);
+                }
+            }
+            *penalty = lost / self.interval_ms;
+        }
+        Ok(Some(penalties))
+    }
+
     /// The best pair of the last interval: most value (with the terminal
     /// value, if any), then least leftover, then `current`, then the tie
     /// order. `None` when no front is left (cannot happen: the pause always
     /// fits).
-    fn best_final_pair(&self, work: &Work) -> Option<usize> {
+    fn best_final_pair(&self, work: &Work, penalties: Option<&[f64]>) -> Option<usize> {
         let points = &work.points;
         let mut best: Option<usize> = None;
         let final_order = std::iter::once(self.start_state)
@@ -345,7 +399,7 @@ impl<'a> Program<'a> {
                 let p = &points[k];
                 let better = best.is_none_or(|b| {
                     let b = &points[b];
-                    let (pv, bv) = (self.final_value(p), self.final_value(b));
+                    let (pv, bv) = (self.final_value(p, penalties), self.final_value(b, penalties));
                     pv > bv || (pv == bv && p.leftover < b.leftover)
                 });
                 if better {
@@ -358,16 +412,19 @@ impl<'a> Program<'a> {
 
     /// A final pair's value; with a terminal value, the last layout is also
     /// credited with what it trains over `terminal_ms` after the horizon,
-    /// once its leftover is done.
-    fn final_value(&self, p: &Point) -> f64 {
+    /// once its leftover is done, less what wipes take from it then
+    /// (`penalties`, per ms: [`Program::terminal_penalties`]).
+    fn final_value(&self, p: &Point, penalties: Option<&[f64]>) -> f64 {
         let terminal_ms = self.options.terminal_ms;
-        if terminal_ms > 0.0 {
-            let last = self.speeds.map_or(0, |rows| rows.len().saturating_sub(2));
-            let thr = if (p.state as usize) < self.pause { self.thr(last, p.state as usize) } else { 0.0 };
-            p.value + thr * (terminal_ms - p.leftover).max(0.0) / 1000.0
-        } else {
-            p.value
+        if terminal_ms <= 0.0 {
+            return p.value;
         }
+        let state = p.state as usize;
+        let last = self.speeds.map_or(0, |rows| rows.len().saturating_sub(2));
+        let thr = if state < self.pause { self.thr(last, state) } else { 0.0 };
+        let remaining = (terminal_ms - p.leftover).max(0.0);
+        let penalty = penalties.map_or(0.0, |v| v[state]);
+        p.value + thr * remaining / 1000.0 - penalty * remaining
     }
 
     /// The plan of `len` steps that ends in pair `last`, following the back

@@ -1269,6 +1269,38 @@ fn risk_buys_replicas() {
     assert_eq!(bold[0].config, cfg(1, 4), "{bold:?}");
 }
 
+/// A terminal value credits the last layout with what it trains after the
+/// horizon, less, under churn, the work the churn's wipes would roll back
+/// (a stage it cannot spare restarts), so the last interval keeps the
+/// replicas the others keep. Without churn nothing is charged.
+#[test]
+fn a_terminal_value_prices_the_churn() {
+    let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
+    let steps = [step(0, 0, 6), step(6, 0, 0), step(6, 0, 0)];
+    let mut cache = TransitionCache::default();
+    let options = PlanOptions { terminal_ms: 100.0 * 60_000.0, ..PlanOptions::default() };
+    let burst = Churn { extra: 1, probability: 0.1 };
+    let churn = vec![vec![], vec![burst], vec![burst]];
+    let hedged = best_plan_hedged(&profile, None, 0.0, &steps, &churn, 60_000, options, &mut cache).unwrap();
+    assert!(hedged.iter().all(|s| s.config == cfg(2, 2)), "{hedged:?}");
+    // Why, from the cost model itself: one interval of staying in each layout
+    // on 6 instances, hedged the same way.
+    let stay = |c| {
+        let value = |k| liveput(&profile, &U, c, 6, k, k, c, 60_000.0, 0.0).unwrap().expected_samples;
+        0.9 * value(0) + 0.1 * value(1)
+    };
+    assert!(stay(cfg(2, 2)) > stay(cfg(1, 4)), "{} vs {}", stay(cfg(2, 2)), stay(cfg(1, 4)));
+    // No churn: the fastest layout, and the terminal value is its throughput.
+    let calm = best_plan_hedged(&profile, None, 0.0, &steps, &[], 60_000, options, &mut cache).unwrap();
+    assert!(calm.iter().all(|s| s.config == cfg(1, 4)), "{calm:?}");
+    // With a notice a lone replica is evacuated, nothing rolls back, and the
+    // terminal value charges nothing: the fastest layout again at the end.
+    let noticed = Recovery { preemption_notice_ms: 120_000.0, checkpoint_write_bytes_per_ms: 1e6 };
+    let options = PlanOptions { recovery: noticed, ..options };
+    let warned = best_plan_hedged(&profile, None, 0.0, &steps, &churn, 60_000, options, &mut cache).unwrap();
+    assert_eq!(warned.last().unwrap().config, cfg(1, 4), "{warned:?}");
+}
+
 // ------------------------------------------------------- varying throughputs
 
 /// `profile` with every layout's throughput scaled by `factors[k]` (0: it cannot run).
