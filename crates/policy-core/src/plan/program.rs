@@ -105,7 +105,7 @@ pub(super) fn run(
     for (i, (mix, &after)) in horizon.mixtures.iter().zip(horizon.afters).enumerate() {
         program.advance(i, mix, after, store, work)?;
     }
-    let penalties = program.terminal_penalties(horizon, store, work)?;
+    let penalties = program.terminal_penalties(horizon, store)?;
     let best = program
         .best_final_pair(work, penalties.as_deref())
         .ok_or(LiveputError::Numerical { reason: "no plan reaches the last interval" })?;
@@ -344,16 +344,15 @@ impl<'a> Program<'a> {
     /// are charged: the work they roll back is lost whatever the plans after
     /// the horizon do, while the migrations a thinned stage needs are theirs to
     /// choose (charging those too cost the default 1.3 points of the Oracle on
-    /// the mixed p3+g4dn fleet). `None` (no terminal value, no churn, or a
-    /// mixed fleet's varying speeds): nothing is charged.
+    /// the mixed p3+g4dn fleet). `None` (no terminal value, or no churn, as
+    /// for a mixed fleet's varying speeds): nothing is charged.
     fn terminal_penalties(
         &self,
         horizon: &Horizon<'_>,
         store: &mut DistributionStore,
-        work: &mut Work,
     ) -> Result<Option<Vec<f64>>, LiveputError> {
         let Some(&after) = horizon.afters.last() else { return Ok(None) };
-        if self.options.terminal_ms <= 0.0 || horizon.terminal_churn.is_empty() || self.speeds.is_some() {
+        if self.options.terminal_ms <= 0.0 || horizon.terminal_churn.is_empty() {
             return Ok(None);
         }
         let fleet = u32::try_from(after).unwrap_or(u32::MAX);
@@ -364,18 +363,14 @@ impl<'a> Program<'a> {
             if self.ctx.layouts[t].instances > after {
                 continue;
             }
-            work.outcomes.clear();
+            let thr = self.ctx.layouts[t].thr;
+            let mut lost = 0.0f64;
             for &(probability, step) in &steady[0] {
                 let table = store.table(table_key(step), n_states * n_states);
                 let (start, len) = store.entry(table, t * n_states + t, self.ctx, step, Some(t), t)?;
-                work.outcomes.push(ScenarioOutcomes { weight: probability, start, end: start + len });
-            }
-            let thr = self.ctx.layouts[t].thr;
-            let mut lost = 0.0f64;
-            for s in work.outcomes.iter() {
-                for o in store.outs[s.start..s.end].iter().filter(|o| o.lost > 0.0) {
+                for o in store.outs[start..start + len].iter().filter(|o| o.lost > 0.0) {
                     let restarting = thr * o.d.min(self.interval_ms) / 1000.0;
-                    lost += s.weight * o.p * (restarting + o.lost);
+                    lost += probability * o.p * (restarting + o.lost);
                 }
             }
             *penalty = lost / self.interval_ms;
