@@ -3,7 +3,8 @@
 //! migration costs ([`crate::plan::best_plan`]), apply the first, re-plan next
 //! interval (receding horizon).
 
-use crate::plan::{Churn, PlanOptions, Step, TransitionCache, best_plan_hedged};
+use crate::plan::{Churn, PlanOptions, Step, TransitionCache, best_plan_scored};
+use crate::reactive::best_config_for;
 use crate::{OptimizeRequest, Optimizer, Plan, PlanStep};
 
 /// Liveput-optimal planning over the request's forecast.
@@ -47,6 +48,14 @@ pub struct Liveput {
     /// that churn's wipes would roll back). 0 (the default, the paper's
     /// optimizer) credits nothing past the horizon.
     pub terminal_horizons: f64,
+    /// Defer to the reactive baseline's layout unless the best plan beats the
+    /// best plan that starts with it by more than this fraction of its
+    /// objective. A plan's edge over reactive rests on the forecast and the
+    /// churn estimate; where that edge is within the model's error, following
+    /// reactive loses nothing the model can see and cannot fall behind the
+    /// baseline on a fleet the estimate misjudges. 0 (the default, the
+    /// paper's optimizer): the best plan always.
+    pub defer_margin: f64,
 }
 
 impl Liveput {
@@ -85,19 +94,33 @@ impl Optimizer for Liveput {
             terminal_ms: self.terminal_horizons * steps.len() as f64 * request.interval_ms as f64,
             ..self.options
         };
-        let planned = best_plan_hedged(
-            &request.profile,
-            request.current,
-            self.carried_ms,
-            &steps,
-            &churn,
-            request.interval_ms,
-            options,
-            &mut self.cache,
-        )
-        .map_err(|e| format!("liveput optimizer: {e}"))?;
+        let mut plan_from = |options| {
+            best_plan_scored(
+                &request.profile,
+                request.current,
+                self.carried_ms,
+                &steps,
+                &churn,
+                request.interval_ms,
+                options,
+                &mut self.cache,
+            )
+        };
+        let mut planned = plan_from(options).map_err(|e| format!("liveput optimizer: {e}"))?;
+        let reactive = best_config_for(&request.profile, request.instances_at(0)).map(|c| c.config);
+        if self.defer_margin > 0.0
+            && let Some(first) =
+                reactive.filter(|&r| planned.steps.first().is_some_and(|s| s.config != Some(r)))
+        {
+            let deferred = plan_from(PlanOptions { first: Some(first), ..options })
+                .map_err(|e| format!("liveput optimizer: {e}"))?;
+            if planned.objective - deferred.objective <= self.defer_margin * planned.objective.abs() {
+                planned = deferred;
+            }
+        }
         Ok(Plan {
             steps: planned
+                .steps
                 .into_iter()
                 .map(|p| PlanStep { config: p.config, expected_samples: p.expected_samples })
                 .collect(),
@@ -109,6 +132,7 @@ impl Optimizer for Liveput {
 mod tests {
     use super::*;
     use crate::liveput::liveput;
+    use crate::plan::best_plan_scored;
     use crate::plan::tests::{SplitMix64, toy_profile};
     use crate::reactive::ThroughputOptimal;
     use crate::validate::check_plan;
@@ -226,6 +250,41 @@ mod tests {
         let stats = optimizer.cache_stats();
         assert!(stats.hits > stats.misses, "{stats:?}");
         assert_eq!(stats.front_truncations, 0);
+    }
+
+    /// With a deference margin, the optimizer takes reactive's layout when the
+    /// best plan's edge over the best plan starting there is within it, and
+    /// keeps its own when the edge is larger.
+    #[test]
+    fn defers_to_reactive_only_within_the_margin() {
+        let profile = toy_profile(&[(1, 2, 10.0), (2, 2, 19.0), (3, 2, 26.0)], 0.0);
+        let counts: Vec<u32> = (0..8).map(|i| if i % 2 == 0 { 6 } else { 5 }).collect();
+        let r = request(&profile, &counts, 6, Some(ParallelConfig::new(2, 2)), 20_000);
+        let reactive = ThroughputOptimal.optimize(&r).unwrap().steps[0].config;
+        assert_eq!(reactive, Some(ParallelConfig::new(3, 2)));
+        let own = Liveput::default().optimize(&r).unwrap();
+        assert_eq!(own.steps[0].config, Some(ParallelConfig::new(2, 2)), "liveput stays put: {own:?}");
+        let steps = steps_of(&r);
+        let edge = {
+            let mut cache = TransitionCache::default();
+            let mut score = |first| {
+                let options = PlanOptions { first, ..PlanOptions::default() };
+                best_plan_scored(&profile, r.current, 0.0, &steps, &[], 20_000, options, &mut cache)
+                    .unwrap()
+                    .objective
+            };
+            let (best, deferred) = (score(None), score(reactive));
+            assert!(best > deferred, "{best} vs {deferred}");
+            (best - deferred) / best
+        };
+        let with_margin = |defer_margin| {
+            let mut optimizer = Liveput { defer_margin, ..Liveput::default() };
+            let plan = optimizer.optimize(&r).unwrap();
+            assert_eq!(check_plan(&r, &plan), Ok(()));
+            plan.steps[0].config
+        };
+        assert_eq!(with_margin(0.5 * edge), own.steps[0].config, "an edge beyond the margin is kept");
+        assert_eq!(with_margin(2.0 * edge), reactive, "an edge within the margin defers");
     }
 
     #[test]

@@ -122,3 +122,19 @@ fn derived_g4dn_profile_follows_the_mixed_fleet_decomposition() {
         }
     }
 }
+
+/// The deployment measured on a GPU loads with its own constants, and the
+/// layouts it trained are there as measured.
+#[test]
+fn the_gpu_deployment_profile_loads_with_its_constants() {
+    let profile = Profile::load(profiles_dir().join("gpt-gpu-h200-deployment-measured.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let constants = CostConstants::load(profiles_dir().join("gpt-gpu-h200-deployment-constants.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(profile.model_names(), ["gpt-gpu"]);
+    let source = profile.data().source.as_deref().unwrap_or_default();
+    assert!(source.contains("MEASURED DEPLOYMENT"), "{source}");
+    let mp = profile.model_profile("gpt-gpu", &constants).unwrap_or_else(|e| panic!("{e}"));
+    assert!(mp.configs.len() >= 17, "{} layouts", mp.configs.len());
+    assert!(mp.configs.iter().all(|c| c.samples_per_second > 0.0 && c.config.instances() <= 8));
+}

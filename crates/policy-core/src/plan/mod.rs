@@ -281,6 +281,11 @@ pub struct PlanOptions {
     /// frequent. 0 (the default, and the Oracle's: its horizon is the whole
     /// trace) credits nothing.
     pub terminal_ms: f64,
+    /// The layout the first interval must run (`None`, the default: free).
+    /// Lets a caller price a plan that starts as another policy would, against
+    /// the unconstrained best ([`best_plan_scored`]); a layout that does not
+    /// fit the first interval's instances leaves no plan, an error.
+    pub first: Option<ParallelConfig>,
 }
 
 impl Default for PlanOptions {
@@ -291,8 +296,20 @@ impl Default for PlanOptions {
             prune_above: PRUNE_ABOVE,
             prune_depths: PRUNE_DEPTHS,
             terminal_ms: 0.0,
+            first: None,
         }
     }
+}
+
+/// A plan and the value the program maximised to find it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoredPlan {
+    /// One entry per step.
+    pub steps: Vec<PlannedStep>,
+    /// The expected samples over the horizon plus the terminal value (if
+    /// any): the program's objective, comparable between plans of the same
+    /// inputs (e.g. with and without [`PlanOptions::first`]).
+    pub objective: f64,
 }
 
 /// The plan of layouts over `steps` that maximises the expected samples,
@@ -355,6 +372,22 @@ pub fn best_plan_hedged(
     options: PlanOptions,
     cache: &mut TransitionCache,
 ) -> Result<Vec<PlannedStep>, LiveputError> {
+    best_plan_scored(profile, current, carried_ms, steps, churn, interval_ms, options, cache).map(|p| p.steps)
+}
+
+/// [`best_plan_hedged`] with the program's objective: what a caller needs to
+/// weigh the best plan against one constrained by [`PlanOptions::first`].
+#[allow(clippy::too_many_arguments, reason = "best_plan_hedged's inputs")]
+pub fn best_plan_scored(
+    profile: &ModelProfile,
+    current: Option<ParallelConfig>,
+    carried_ms: f64,
+    steps: &[Step],
+    churn: &[Vec<Churn>],
+    interval_ms: u64,
+    options: PlanOptions,
+    cache: &mut TransitionCache,
+) -> Result<ScoredPlan, LiveputError> {
     plan(profile, None, current, carried_ms, steps, churn, interval_ms, options, cache)
 }
 
@@ -379,7 +412,7 @@ pub fn best_plan_varying(
     if speeds.len() != steps.len() + 1 {
         return Err(LiveputError::SpeedsLength { steps: steps.len(), speeds: speeds.len() });
     }
-    plan(profile, Some(speeds), current, carried_ms, steps, &[], interval_ms, options, cache)
+    plan(profile, Some(speeds), current, carried_ms, steps, &[], interval_ms, options, cache).map(|p| p.steps)
 }
 
 /// The program over `steps`, hedged by `churn`, each interval at the throughputs of
@@ -395,13 +428,13 @@ fn plan(
     interval_ms: u64,
     options: PlanOptions,
     cache: &mut TransitionCache,
-) -> Result<Vec<PlannedStep>, LiveputError> {
+) -> Result<ScoredPlan, LiveputError> {
     if !(carried_ms.is_finite() && carried_ms >= 0.0) {
         return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
     }
     let afters = instances_after_each(steps)?;
     if steps.is_empty() {
-        return Ok(Vec::new());
+        return Ok(ScoredPlan { steps: Vec::new(), objective: 0.0 });
     }
     let mixtures = scenarios::mixtures(steps, churn)?;
     let ctx = PlanContext { profile, recovery: options.recovery, layouts: candidates(profile)? };

@@ -4,12 +4,12 @@
 //! final pair, traced back into a plan. See the module documentation of
 //! [`super`] for why it is exact.
 
-use super::PlannedStep;
 use super::cache::{CacheStats, DistributionStore, OutcomeTerms, table_key};
 use super::layouts::{PlanContext, tie_order};
 use super::pruning::{pruned_states, tries_predecessor};
 use super::scenarios::{Churn, Mixture, mixtures};
 use super::{PlanOptions, Step};
+use super::{PlannedStep, ScoredPlan};
 use crate::ParallelConfig;
 use crate::liveput::LiveputError;
 
@@ -99,17 +99,19 @@ pub(super) fn run(
     options: PlanOptions,
     store: &mut DistributionStore,
     work: &mut Work,
-) -> Result<Vec<PlannedStep>, LiveputError> {
+) -> Result<ScoredPlan, LiveputError> {
     let program = Program::new(ctx, horizon, options);
     program.start(horizon, work);
     for (i, (mix, &after)) in horizon.mixtures.iter().zip(horizon.afters).enumerate() {
         program.advance(i, mix, after, store, work)?;
     }
     let penalties = program.terminal_penalties(horizon, store)?;
-    let best = program
-        .best_final_pair(work, penalties.as_deref())
-        .ok_or(LiveputError::Numerical { reason: "no plan reaches the last interval" })?;
-    Ok(program.trace_back(&work.points, best, horizon.mixtures.len()))
+    let best = program.best_final_pair(work, penalties.as_deref()).ok_or(match options.first {
+        Some(_) => LiveputError::Numerical { reason: "the forced first layout does not fit its interval" },
+        None => LiveputError::Numerical { reason: "no plan reaches the last interval" },
+    })?;
+    let objective = program.final_value(&work.points[best], penalties.as_deref());
+    Ok(ScoredPlan { steps: program.trace_back(&work.points, best, horizon.mixtures.len()), objective })
 }
 
 /// What every interval of one run shares.
@@ -129,6 +131,8 @@ struct Program<'a> {
     start_state: usize,
     /// With pruning, per interval and state whether it may be chosen.
     allowed: Option<Vec<bool>>,
+    /// The only state the first interval may choose ([`PlanOptions::first`]).
+    first: Option<usize>,
     /// Per-interval throughputs ([`Horizon::speeds`]).
     speeds: Option<&'a [Vec<f64>]>,
 }
@@ -151,6 +155,7 @@ impl<'a> Program<'a> {
             order: tie_order(layouts),
             start_state,
             allowed,
+            first: options.first.map(|c| layouts.iter().position(|k| k.config == c).unwrap_or(pause)),
             speeds: horizon.speeds,
         }
     }
@@ -253,7 +258,11 @@ impl<'a> Program<'a> {
     /// Whether state `t` may be chosen in interval `i`: not pruned, and a
     /// layout that fits the `after` instances (the pause always fits).
     fn may_choose(&self, i: usize, t: usize, after: u64) -> bool {
-        let pruned = self.allowed.as_ref().is_some_and(|a| !a[i * self.n_states() + t]);
+        if i == 0 && self.first.is_some_and(|first| first != t) {
+            return false;
+        }
+        let forced = i == 0 && self.first == Some(t);
+        let pruned = !forced && self.allowed.as_ref().is_some_and(|a| !a[i * self.n_states() + t]);
         !pruned
             && (t == self.pause
                 || (self.ctx.layouts[t].instances <= after

@@ -1443,3 +1443,44 @@ fn varying_needs_one_speed_profile_per_step_and_one_before() {
     .unwrap_err();
     assert_eq!(e, LiveputError::SpeedsLength { steps: 2, speeds: 2 });
 }
+
+/// A forced first layout: the plan starts there, its objective is the best
+/// of the plans that start there (brute force), never above the free plan's,
+/// and equal to it when forced to the free plan's own first layout; a layout
+/// that does not fit the first interval is an error.
+#[test]
+fn a_forced_first_layout_is_the_best_plan_that_starts_there() {
+    let mut rng = SplitMix64(4242);
+    let mut cache = TransitionCache::default();
+    let mut forced_cases = 0;
+    for case in 0..60 {
+        let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+        let score = |first, cache: &mut TransitionCache| {
+            let options = PlanOptions { first, ..PlanOptions::default() };
+            best_plan_scored(&profile, current, carried, &steps, &[], interval_ms, options, cache)
+        };
+        let free = score(None, &mut cache).unwrap();
+        assert!((free.objective - total(&free.steps)).abs() <= 1e-9 * free.objective.abs().max(1.0));
+        let after = steps[0].instances_after().unwrap();
+        for c in &profile.configs {
+            let first = Some(c.config);
+            if c.config.instances() > after {
+                assert!(score(first, &mut cache).is_err(), "case {case}: {first:?} does not fit {after}");
+                continue;
+            }
+            let forced = score(first, &mut cache).unwrap();
+            assert_eq!(forced.steps[0].config, first, "case {case}");
+            assert_consistent_with(&profile, current, carried, &steps, interval_ms, &forced.steps);
+            let (samples, leftover) = value_of(&profile, current, &steps[0], first, interval_ms, carried);
+            let brute = samples + brute_force(&profile, first, leftover, &steps[1..], interval_ms);
+            let tolerance = 1e-9 * brute.abs().max(1.0);
+            assert!((forced.objective - brute).abs() <= tolerance, "case {case}: {forced:?} vs {brute}");
+            assert!(forced.objective <= free.objective + tolerance, "case {case}");
+            if free.steps[0].config == first {
+                assert!((forced.objective - free.objective).abs() <= tolerance, "case {case}");
+            }
+            forced_cases += 1;
+        }
+    }
+    assert!(forced_cases > 100, "{forced_cases}");
+}
