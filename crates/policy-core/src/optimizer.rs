@@ -107,16 +107,17 @@ impl Optimizer for Liveput {
             )
         };
         let mut planned = plan_from(options).map_err(|e| format!("liveput optimizer: {e}"))?;
-        let reactive = best_config_for(&request.profile, request.instances_at(0)).map(|c| c.config);
+        // Reactive's layout is looked up only when deference is on and the plan
+        // starts elsewhere; the deferred plan is an alternative, never a reason
+        // to fail the call (the best plan stands if it cannot be priced).
+        let reactive = || best_config_for(&request.profile, request.instances_at(0)).map(|c| c.config);
         if self.defer_margin > 0.0
             && let Some(first) =
-                reactive.filter(|&r| planned.steps.first().is_some_and(|s| s.config != Some(r)))
+                reactive().filter(|&r| planned.steps.first().is_some_and(|s| s.config != Some(r)))
+            && let Ok(deferred) = plan_from(PlanOptions { first: Some(first), ..options })
+            && planned.objective - deferred.objective <= self.defer_margin * planned.objective.abs()
         {
-            let deferred = plan_from(PlanOptions { first: Some(first), ..options })
-                .map_err(|e| format!("liveput optimizer: {e}"))?;
-            if planned.objective - deferred.objective <= self.defer_margin * planned.objective.abs() {
-                planned = deferred;
-            }
+            planned = deferred;
         }
         Ok(Plan {
             steps: planned

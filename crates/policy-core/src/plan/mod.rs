@@ -283,8 +283,9 @@ pub struct PlanOptions {
     pub terminal_ms: f64,
     /// The layout the first interval must run (`None`, the default: free).
     /// Lets a caller price a plan that starts as another policy would, against
-    /// the unconstrained best ([`best_plan_scored`]); a layout that does not
-    /// fit the first interval's instances leaves no plan, an error.
+    /// the unconstrained best ([`best_plan_scored`]); a layout not in the
+    /// profile, or that does not fit the first interval's instances, is an
+    /// error.
     pub first: Option<ParallelConfig>,
 }
 
@@ -438,6 +439,9 @@ fn plan(
     }
     let mixtures = scenarios::mixtures(steps, churn)?;
     let ctx = PlanContext { profile, recovery: options.recovery, layouts: candidates(profile)? };
+    if let Some(config) = options.first.filter(|&c| ctx.layouts.iter().all(|l| l.config != c)) {
+        return Err(LiveputError::UnknownConfig { config });
+    }
     let rows = speeds.map(|speeds| throughput_rows(&ctx, speeds)).transpose()?;
     let (store, work) = cache.begin(profile, &options.recovery);
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };

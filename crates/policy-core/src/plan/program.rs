@@ -155,7 +155,8 @@ impl<'a> Program<'a> {
             order: tie_order(layouts),
             start_state,
             allowed,
-            first: options.first.map(|c| layouts.iter().position(|k| k.config == c).unwrap_or(pause)),
+            // `plan` refuses a forced layout outside the profile before this.
+            first: options.first.and_then(|c| layouts.iter().position(|k| k.config == c)),
             speeds: horizon.speeds,
         }
     }

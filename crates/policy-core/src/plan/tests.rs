@@ -1483,4 +1483,10 @@ fn a_forced_first_layout_is_the_best_plan_that_starts_there() {
         }
     }
     assert!(forced_cases > 100, "{forced_cases}");
+    // A layout the profile does not have is refused by name, not planned as a pause.
+    let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+    let missing = ParallelConfig::new(97, 3);
+    let options = PlanOptions { first: Some(missing), ..PlanOptions::default() };
+    let e = best_plan_scored(&profile, current, carried, &steps, &[], interval_ms, options, &mut cache);
+    assert!(matches!(e, Err(LiveputError::UnknownConfig { config }) if config == missing), "{e:?}");
 }
