@@ -115,7 +115,8 @@ impl Setting {
     }
 }
 
-/// A grid setting: the default's knobs unless given.
+/// A grid setting; every row keeps the real job's regret on (off lost in
+/// earlier selections).
 const fn setting(
     terminal: f64,
     margin: f64,
