@@ -63,7 +63,9 @@ pub struct ChurnEstimator {
     /// call (and a guest's fuel). Default 3: a burst of 3 already cuts any
     /// stage a layout with fewer than 3 replicas can lose, and measured on
     /// the p3 trace (GPT-1.5B, where bursts reach 6) telling 4 to 8 apart did
-    /// no better, in the whole trace or its segments.
+    /// no better, in the whole trace or its segments. The default policy
+    /// tells them apart to 6 ([`crate::guard::DEFAULT_MAX_BURST`] says why:
+    /// since the terminal value is charged for wipes, the sizes matter).
     pub max_extra: u32,
     /// Weight of an observation halves every this many intervals of age;
     /// `None` weighs every interval the same.

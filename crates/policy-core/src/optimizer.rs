@@ -56,6 +56,10 @@ pub struct Liveput {
     /// baseline on a fleet the estimate misjudges. 0 (the default, the
     /// paper's optimizer): the best plan always.
     pub defer_margin: f64,
+    /// Defer only where the best plan itself leaves the current layout:
+    /// deference then redirects a move the planner chose to reactive's
+    /// layout, and never makes the job migrate where the planner would stay.
+    pub defer_only_moves: bool,
 }
 
 impl Liveput {
@@ -114,6 +118,7 @@ impl Optimizer for Liveput {
         if self.defer_margin > 0.0
             && let Some(first) =
                 reactive().filter(|&r| planned.steps.first().is_some_and(|s| s.config != Some(r)))
+            && (!self.defer_only_moves || planned.steps.first().is_none_or(|s| s.config != request.current))
             && let Ok(deferred) = plan_from(PlanOptions { first: Some(first), ..options })
             && planned.objective - deferred.objective <= self.defer_margin * planned.objective.abs()
         {
@@ -286,6 +291,21 @@ mod tests {
         };
         assert_eq!(with_margin(0.5 * edge), own.steps[0].config, "an edge beyond the margin is kept");
         assert_eq!(with_margin(2.0 * edge), reactive, "an edge within the margin defers");
+        // Deferring only moves: the plan stays in (2, 2), so nothing defers.
+        let mut only_moves =
+            Liveput { defer_margin: 2.0 * edge, defer_only_moves: true, ..Liveput::default() };
+        assert_eq!(only_moves.optimize(&r).unwrap().steps[0].config, own.steps[0].config);
+        // On a fleet of 4 and 6 by turns, from (1, 2), the plan moves itself
+        // (to (1, 4), which both counts hold), and the move is redirected to
+        // reactive's (2, 2).
+        let deeper = toy_profile(&[(1, 2, 10.0), (2, 2, 19.0), (3, 2, 26.0), (1, 4, 18.0)], 0.0);
+        let flaps: Vec<u32> = (0..8).map(|i| if i % 2 == 0 { 4 } else { 6 }).collect();
+        let flapping = request(&deeper, &flaps, 4, Some(ParallelConfig::new(1, 2)), 20_000);
+        let reactive = Some(ParallelConfig::new(2, 2));
+        let moved = Liveput::default().optimize(&flapping).unwrap().steps[0].config;
+        assert!(moved.is_some() && moved != reactive && moved != flapping.current, "{moved:?}");
+        let mut any_margin = Liveput { defer_margin: 0.5, defer_only_moves: true, ..Liveput::default() };
+        assert_eq!(any_margin.optimize(&flapping).unwrap().steps[0].config, reactive);
     }
 
     #[test]
