@@ -18,8 +18,8 @@
 //! nothing was chosen on.
 //!
 //! `cargo run --release -p parcae-sim --example generalisation [-- --fresh-seeds
-//! 11,12]` prints the tables as markdown (from the workspace root; about four
-//! minutes on two cores, three more with fresh seeds), and every setting's
+//! 11,12]` prints the tables as markdown (from the workspace root; about five
+//! minutes on two cores, about three more per fresh seed), and every setting's
 //! summary on each set of traces.
 
 use std::collections::BTreeMap;
