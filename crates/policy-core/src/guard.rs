@@ -246,7 +246,7 @@ impl GuardedLiveput {
         let keep = 1.0 - 1.0 / self.settings.window_intervals.max(1.0);
         let interval_ms = request.interval_ms as f64;
         let recovery = request.recovery;
-        let score_under = |profile, from, before: u32, stats: IntervalStats, to, carried_ms| {
+        let score = |profile, from, before: u32, stats: IntervalStats, to, carried_ms| {
             liveput(
                 profile,
                 &recovery,
@@ -258,9 +258,6 @@ impl GuardedLiveput {
                 interval_ms,
                 carried_ms,
             )
-        };
-        let score = |from, before, stats, to, carried_ms| {
-            score_under(&request.profile, from, before, stats, to, carried_ms)
         };
         // Each candidate decides from its own layout; both are scored on the
         // interval just observed. Counts the cost model cannot take (a host
@@ -278,7 +275,15 @@ impl GuardedLiveput {
             .iter()
             .map(|&c| {
                 let shadow = self.shadows[c as usize];
-                score(shadow.layout, before, observed, decided[c as usize], shadow.carried_ms).ok()
+                score(
+                    &request.profile,
+                    shadow.layout,
+                    before,
+                    observed,
+                    decided[c as usize],
+                    shadow.carried_ms,
+                )
+                .ok()
             })
             .collect();
         let scorable = values.iter().all(Option::is_some);
@@ -298,7 +303,7 @@ impl GuardedLiveput {
         // the one that ran after it (`current` now), against what the
         // reactive shadow earned in the same interval.
         if let Some(pending) = self.pending.take() {
-            let real = score_under(
+            let real = score(
                 &pending.profile,
                 pending.from,
                 pending.before,

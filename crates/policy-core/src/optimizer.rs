@@ -116,9 +116,9 @@ impl Optimizer for Liveput {
         // to fail the call (the best plan stands if it cannot be priced).
         let reactive = || best_config_for(&request.profile, request.instances_at(0)).map(|c| c.config);
         if self.defer_margin > 0.0
-            && let Some(first) =
-                reactive().filter(|&r| planned.steps.first().is_some_and(|s| s.config != Some(r)))
-            && (!self.defer_only_moves || planned.steps.first().is_none_or(|s| s.config != request.current))
+            && let Some(own) = planned.steps.first().map(|s| s.config)
+            && (!self.defer_only_moves || own != request.current)
+            && let Some(first) = reactive().filter(|&r| own != Some(r))
             && let Ok(deferred) = plan_from(PlanOptions { first: Some(first), ..options })
             && planned.objective - deferred.objective <= self.defer_margin * planned.objective.abs()
         {

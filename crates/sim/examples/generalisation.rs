@@ -142,9 +142,9 @@ const fn of_moves(setting: Setting) -> Setting {
 /// the mixed p3+g4dn fleet it keeps 0.2 point of the 0.4 that deference
 /// costs there); the default of an earlier session (no deference, bursts
 /// pooled above 3) and each of those two changes alone, ARIMA's forecast, a
-/// shorter terminal value, and other guard margins. (Settings that lost in earlier selections are left
-/// out: the forecast by recent error, the guard without the real job's
-/// regret, a one-horizon terminal value.)
+/// shorter terminal value, and other guard margins. (Settings that lost in
+/// earlier selections are left out: the forecast by recent error, the guard
+/// without the real job's regret, a one-horizon terminal value.)
 const GRID: [Setting; 9] = [
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
     of_moves(setting(6.0, 0.002, ForecastChoice::Persistence, 0.002, 6)),
