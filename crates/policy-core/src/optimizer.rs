@@ -42,6 +42,14 @@ pub struct Liveput {
     /// the first, whose preemptions have been observed. Empty (the default):
     /// the forecast is taken as certain, as in the paper.
     pub churn: Vec<Churn>,
+    /// The churn at the low end of its estimate's confidence interval
+    /// ([`crate::churn::ChurnEstimator::estimate_lower`]). With deference on,
+    /// where the best plan moves, it also defers to reactive's layout when,
+    /// at this churn, the best plan starting with it is within the margin of
+    /// the best plan: a move whose edge over reactive rests on a risk the
+    /// history cannot tell from noise is not worth making. `None`: no such
+    /// check.
+    pub churn_low: Option<Vec<Churn>>,
     /// Terminal value of a plan, in horizons: the last planned layout is
     /// credited with what it would train for this many more horizons
     /// ([`PlanOptions::terminal_ms`]; with [`Liveput::churn`], less the work
@@ -88,29 +96,33 @@ pub fn steps_of(request: &OptimizeRequest) -> Vec<Step> {
 impl Optimizer for Liveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         let steps = steps_of(request);
-        let churn: Vec<Vec<Churn>> = if self.churn.is_empty() {
-            Vec::new()
-        } else {
-            (0..steps.len()).map(|i| if i == 0 { Vec::new() } else { self.churn.clone() }).collect()
+        // The churn applies to every step but the first (observed).
+        let per_step = |churn: &[Churn]| -> Vec<Vec<Churn>> {
+            if churn.is_empty() {
+                Vec::new()
+            } else {
+                (0..steps.len()).map(|i| if i == 0 { Vec::new() } else { churn.to_vec() }).collect()
+            }
         };
+        let churn = per_step(&self.churn);
         let options = PlanOptions {
             recovery: request.recovery,
             terminal_ms: self.terminal_horizons * steps.len() as f64 * request.interval_ms as f64,
             ..self.options
         };
-        let mut plan_from = |options| {
+        let mut plan_from = |options, churn: &[Vec<Churn>]| {
             best_plan_scored(
                 &request.profile,
                 request.current,
                 self.carried_ms,
                 &steps,
-                &churn,
+                churn,
                 request.interval_ms,
                 options,
                 &mut self.cache,
             )
         };
-        let mut planned = plan_from(options).map_err(|e| format!("liveput optimizer: {e}"))?;
+        let mut planned = plan_from(options, &churn).map_err(|e| format!("liveput optimizer: {e}"))?;
         // Reactive's layout is looked up only when deference is on and the plan
         // starts elsewhere; the deferred plan is an alternative, never a reason
         // to fail the call (the best plan stands if it cannot be priced).
@@ -119,10 +131,28 @@ impl Optimizer for Liveput {
             && let Some(own) = planned.steps.first().map(|s| s.config)
             && (!self.defer_only_moves || own != request.current)
             && let Some(first) = reactive().filter(|&r| own != Some(r))
-            && let Ok(deferred) = plan_from(PlanOptions { first: Some(first), ..options })
-            && planned.objective - deferred.objective <= self.defer_margin * planned.objective.abs()
+            && let Ok(deferred) = plan_from(PlanOptions { first: Some(first), ..options }, &churn)
         {
-            planned = deferred;
+            let within = |best: f64, deferred: f64| best - deferred <= self.defer_margin * best.abs();
+            let defer = within(planned.objective, deferred.objective) || {
+                // The same comparison at the low end of the churn, where the
+                // plan moves: a move whose edge does not survive the low end
+                // rests on noise. Staying put needs no such edge (deferring
+                // there would make the job migrate into reactive's layout).
+                own != request.current
+                    && self.churn_low.as_deref().map(per_step).is_some_and(|low| {
+                        match (
+                            plan_from(options, &low),
+                            plan_from(PlanOptions { first: Some(first), ..options }, &low),
+                        ) {
+                            (Ok(best), Ok(deferred)) => within(best.objective, deferred.objective),
+                            _ => false,
+                        }
+                    })
+            };
+            if defer {
+                planned = deferred;
+            }
         }
         Ok(Plan {
             steps: planned
@@ -306,6 +336,57 @@ mod tests {
         assert!(moved.is_some() && moved != reactive && moved != flapping.current, "{moved:?}");
         let mut any_margin = Liveput { defer_margin: 0.5, defer_only_moves: true, ..Liveput::default() };
         assert_eq!(any_margin.optimize(&flapping).unwrap().steps[0].config, reactive);
+    }
+
+    /// Deference at the low end of the churn: on a steady fleet of 4 with
+    /// some chance of one preemption per interval, the plan leaves reactive's
+    /// fragile (1, 4) for (2, 2), whose stages survive it. With the low end at
+    /// half that chance, the move defers exactly where, at the low end, the
+    /// best plan starting with reactive's layout is within the margin of the
+    /// best plan: a small risk defers, a large one does not. With no churn at
+    /// the low end every move defers; a plan that stays where it is never
+    /// defers on the low end (it would make the job migrate).
+    #[test]
+    fn defers_where_the_edge_does_not_survive_the_low_churn() {
+        let profile = toy_profile(&[(1, 4, 20.0), (2, 2, 19.0)], 600_000.0);
+        let r = request(&profile, &[4; 8], 4, Some(ParallelConfig::new(1, 4)), 60_000);
+        let (reactive, hedged) = (Some(ParallelConfig::new(1, 4)), Some(ParallelConfig::new(2, 2)));
+        assert_eq!(ThroughputOptimal.optimize(&r).unwrap().steps[0].config, reactive);
+        let steps = steps_of(&r);
+        let margin = 0.0005;
+        let churn = |probability: f64| vec![Churn { extra: 1, probability }];
+        let objective = |first, probability: f64| {
+            let per_step: Vec<Vec<Churn>> =
+                (0..steps.len()).map(|i| if i == 0 { Vec::new() } else { churn(probability) }).collect();
+            let options = PlanOptions { first, recovery: r.recovery, ..PlanOptions::default() };
+            let mut cache = TransitionCache::default();
+            best_plan_scored(&profile, r.current, 0.0, &steps, &per_step, 60_000, options, &mut cache)
+                .unwrap()
+                .objective
+        };
+        let first = |current, probability, churn_low: Option<Vec<Churn>>| {
+            let mut optimizer =
+                Liveput { churn: churn(probability), churn_low, defer_margin: margin, ..Liveput::default() };
+            let r = OptimizeRequest { current, ..r.clone() };
+            let plan = optimizer.optimize(&r).unwrap();
+            assert_eq!(check_plan(&r, &plan), Ok(()));
+            plan.steps[0].config
+        };
+        let (mut deferred, mut kept) = (0, 0);
+        for probability in [0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4] {
+            if first(reactive, probability, None) != hedged {
+                continue; // no move at the estimate: nothing to defer
+            }
+            let low = 0.5 * probability;
+            let (best, with_reactive) = (objective(None, low), objective(reactive, low));
+            let expected = if best - with_reactive <= margin * best.abs() { reactive } else { hedged };
+            assert_eq!(first(reactive, probability, Some(churn(low))), expected, "chance {probability}");
+            deferred += usize::from(expected == reactive);
+            kept += usize::from(expected == hedged);
+            assert_eq!(first(reactive, probability, Some(Vec::new())), reactive, "no churn at the low end");
+            assert_eq!(first(hedged, probability, Some(Vec::new())), hedged, "staying put never defers");
+        }
+        assert!(deferred > 0 && kept > 0, "both outcomes covered: {deferred} deferred, {kept} kept");
     }
 
     #[test]

@@ -60,10 +60,16 @@ pub struct RobustLiveput {
     pub forecast: CountForecaster,
     /// The per-interval chance of preemptions.
     pub estimator: ChurnEstimator,
-    /// The hedged optimizer (its `churn` is set on every call).
+    /// The hedged optimizer (its `churn` and `churn_low` are set on every
+    /// call).
     pub optimizer: Liveput,
-    /// The last estimate and the interval it was made at.
-    last: Option<(IntervalStats, Vec<Churn>)>,
+    /// With deference on ([`Liveput::defer_margin`]), the plan leaves
+    /// reactive's layout only if it also wins with the churn this many
+    /// standard deviations below its estimate
+    /// ([`ChurnEstimator::estimate_lower`]); 0: at the estimate alone.
+    pub defer_sigmas: f64,
+    /// The last estimate (central and low) and the interval it was made at.
+    last: Option<(IntervalStats, Vec<Churn>, Option<Vec<Churn>>)>,
 }
 
 /// The terminal value of the default policies' planner, in horizons
@@ -88,6 +94,7 @@ impl Default for RobustLiveput {
                 optimizer.terminal_horizons = DEFAULT_TERMINAL_HORIZONS;
                 optimizer
             },
+            defer_sigmas: 0.0,
             last: None,
         }
     }
@@ -102,24 +109,36 @@ impl RobustLiveput {
 
     /// The churn the next [`Optimizer::optimize`] of `request` will hedge with.
     pub fn churn_for(&self, request: &OptimizeRequest) -> Vec<Churn> {
+        self.churns_for(request).0
+    }
+
+    /// The churn at the estimate and at its low end ([`Self::defer_sigmas`];
+    /// `None` when that is 0) for the next optimize of `request`.
+    fn churns_for(&self, request: &OptimizeRequest) -> (Vec<Churn>, Option<Vec<Churn>>) {
         match (&self.last, request.forecast.first()) {
-            (Some((seen, churn)), Some(first)) if seen == first => churn.clone(),
-            _ => self.estimator.estimate(&[]),
+            (Some((seen, churn, low)), Some(first)) if seen == first => (churn.clone(), low.clone()),
+            _ => (self.estimator.estimate(&[]), self.low_estimate(&[])),
         }
+    }
+
+    fn low_estimate(&self, history: &[IntervalStats]) -> Option<Vec<Churn>> {
+        (self.defer_sigmas > 0.0).then(|| self.estimator.estimate_lower(history, self.defer_sigmas))
     }
 }
 
 impl Predictor for RobustLiveput {
     fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
         let forecast = self.forecast.predict(request)?;
-        self.last = request.history.last().map(|&seen| (seen, self.estimator.estimate(&request.history)));
+        self.last = request.history.last().map(|&seen| {
+            (seen, self.estimator.estimate(&request.history), self.low_estimate(&request.history))
+        });
         Ok(forecast)
     }
 }
 
 impl Optimizer for RobustLiveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
-        self.optimizer.churn = self.churn_for(request);
+        (self.optimizer.churn, self.optimizer.churn_low) = self.churns_for(request);
         self.optimizer.optimize(request)
     }
 }

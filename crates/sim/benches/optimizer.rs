@@ -6,8 +6,9 @@
 //!   trace, for all five models, with a fresh transition cache per model.
 //! - `whole-trace/default-policy`: the default policy (guarded liveput: the
 //!   hedged plan, the terminal value, and both shadows of the regret guard)
-//!   the same way, H = 8, under AWS's 120 s notice; `/no-deference` and
-//!   `/bursts-to-3` without each of its two costliest knobs.
+//!   the same way, H = 8, under AWS's 120 s notice; `/no-deference`,
+//!   `/at-the-estimate` (deference without the low-churn check of its own
+//!   moves) and `/bursts-to-3` without each of its costliest knobs.
 //! - `decision/N=32`, `decision/N=1024`: one interval's decision (H = 12) on
 //!   a fleet that just lost instances, with a cold cache (first decision of a
 //!   run) and a warm one (steady state). N = 1024 uses the GPT-1.5B profile
@@ -163,13 +164,16 @@ fn whole_trace(c: &mut Criterion) {
     });
     let constants = CostConstants::load(workspace_root().join("data/profiles/cost-constants.json")).unwrap();
     let aws = constants.recovery(120_000.0).unwrap();
-    // The default, and without each of its two costliest knobs: what deferring
-    // to reactive (a second plan whenever the first layouts differ) and telling
-    // bursts apart up to 6 (up to 7 scenarios per interval instead of 4) cost.
+    // The default, and without each of its costliest knobs: what deferring to
+    // reactive (a second plan whenever the first layouts differ), checking its
+    // own moves at the low end of the churn (two more where the plan moves)
+    // and telling bursts apart up to 6 (up to 7 scenarios per interval
+    // instead of 4) cost.
     type Adjust = fn(&mut GuardedLiveput);
-    let variants: [(&str, Adjust); 3] = [
+    let variants: [(&str, Adjust); 4] = [
         ("default-policy", |_| {}),
         ("default-policy/no-deference", |p| p.planner.optimizer.defer_margin = 0.0),
+        ("default-policy/at-the-estimate", |p| p.planner.defer_sigmas = 0.0),
         ("default-policy/bursts-to-3", |p| p.planner.estimator.max_extra = 3),
     ];
     for (name, adjust) in variants {

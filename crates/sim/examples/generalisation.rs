@@ -6,20 +6,22 @@
 //!
 //! Leave-one-family-out: the default's settings (terminal value, switching
 //! margin, the planner's count forecast, its margin for deferring to reactive
-//! and the largest burst its churn estimate tells apart) are chosen from a
-//! small grid on every family but one, by how far the worst case there falls
-//! short of the issue's two targets (at least the best baseline or peer, at
-//! least 97% of the Oracle), and the held-out family is scored with that
-//! choice. A setting that only wins where it was chosen shows up as a loss on
-//! the held-out family.
+//! and how far below the churn estimate its moves must clear it, the largest
+//! burst its churn estimate tells apart and whether that estimate follows the
+//! fleet) are chosen from a small grid on every family but one, by how far
+//! the worst case there falls short of the issue's two targets (at least the
+//! best baseline or peer, at least 97% of the Oracle), and the held-out
+//! family is scored with that choice. A setting that only wins where it was
+//! chosen shows up as a loss on the held-out family.
 //!
-//! `--fresh-seeds 11,12` also scores the grid on traces generated afresh
-//! with those seeds (the stress shapes and the look-alikes, 24 h each): data
-//! nothing was chosen on.
+//! `--settings 0,1` scores only those rows of the grid (they must hold the
+//! default). `--fresh-seeds 11,12` also scores the grid on traces generated
+//! afresh with those seeds (the stress shapes and the look-alikes, 24 h
+//! each): data nothing was chosen on.
 //!
 //! `cargo run --release -p parcae-sim --example generalisation [-- --fresh-seeds
-//! 11,12]` prints the tables as markdown (from the workspace root; about five
-//! minutes on two cores, about three more per fresh seed), and every setting's
+//! 11,12]` prints the tables as markdown (from the workspace root; about eight
+//! minutes on two cores, about four more per fresh seed), and every setting's
 //! summary on each set of traces.
 
 use std::collections::BTreeMap;
@@ -73,6 +75,11 @@ struct Setting {
     max_burst: u32,
     /// Whether the planner defers only where its best plan moves.
     only_moves: bool,
+    /// Whether the churn estimate lets each burst size follow the fleet.
+    fleet_scaled: bool,
+    /// How many standard deviations below the churn estimate the planner's
+    /// edge over reactive must also hold (0: at the estimate alone).
+    sigmas: f64,
 }
 
 impl Setting {
@@ -87,6 +94,8 @@ impl Setting {
             defer: d.planner.optimizer.defer_margin,
             max_burst: d.planner.estimator.max_extra,
             only_moves: d.planner.optimizer.defer_only_moves,
+            fleet_scaled: d.planner.estimator.fleet_scaled,
+            sigmas: d.planner.defer_sigmas,
         }
     }
 
@@ -102,20 +111,24 @@ impl Setting {
         guarded.planner.optimizer.defer_margin = self.defer;
         guarded.planner.estimator.max_extra = self.max_burst;
         guarded.planner.optimizer.defer_only_moves = self.only_moves;
+        guarded.planner.estimator.fleet_scaled = self.fleet_scaled;
+        guarded.planner.defer_sigmas = self.sigmas;
         guarded
     }
 
     /// The setting as the tables show it.
     fn name(self) -> String {
         format!(
-            "{}x, {}{}, {}, defer {}{}, bursts to {}",
+            "{}x, {}{}, {}, defer {}{}{}, bursts to {}{}",
             self.terminal,
             self.margin,
             if self.real_regret { ", real" } else { "" },
             self.forecast.as_str(),
             self.defer,
             if self.only_moves { " of moves" } else { "" },
-            self.max_burst
+            if self.sigmas > 0.0 { format!(" at -{} sd", self.sigmas) } else { String::new() },
+            self.max_burst,
+            if self.fleet_scaled { " by fleet" } else { "" }
         )
     }
 }
@@ -129,7 +142,28 @@ const fn setting(
     defer: f64,
     max_burst: u32,
 ) -> Setting {
-    Setting { terminal, margin, real_regret: true, forecast, defer, max_burst, only_moves: false }
+    Setting {
+        terminal,
+        margin,
+        real_regret: true,
+        forecast,
+        defer,
+        max_burst,
+        only_moves: false,
+        fleet_scaled: false,
+        sigmas: 0.0,
+    }
+}
+
+/// [`setting`] whose planner's edge over reactive must hold `sigmas`
+/// standard deviations below the churn estimate.
+const fn at_low_churn(setting: Setting, sigmas: f64) -> Setting {
+    Setting { sigmas, ..setting }
+}
+
+/// [`setting`] whose churn estimate lets each burst size follow the fleet.
+const fn by_fleet(setting: Setting) -> Setting {
+    Setting { fleet_scaled: true, ..setting }
 }
 
 /// [`setting`] deferring only where the planner's best plan moves.
@@ -137,24 +171,32 @@ const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
 }
 
-/// The grid the held-out selection chooses from: the default; deference only
-/// where the planner's own plan moves (it never makes the job migrate: on
-/// the mixed p3+g4dn fleet it keeps 0.2 point of the 0.4 that deference
-/// costs there); the default of an earlier session (no deference, bursts
-/// pooled above 3) and each of those two changes alone, ARIMA's forecast, a
-/// shorter terminal value, and other guard margins. (Settings that lost in
-/// earlier selections are left out: the forecast by recent error, the guard
-/// without the real job's regret, a one-horizon terminal value.)
-const GRID: [Setting; 9] = [
+/// The grid the held-out selection chooses from: the default (deference at
+/// the churn estimate, and for the planner's own moves one standard deviation
+/// below it); deference at the estimate alone (the default of the session
+/// before) and two deviations below; the churn estimate letting each burst
+/// size follow the fleet; deference only where the planner's own plan moves
+/// (it never makes the job migrate: on the mixed p3+g4dn fleet it keeps 0.2
+/// point of the 0.4 that deference costs there); no deference with bursts
+/// pooled above 3 (an earlier default) and to 6, bursts pooled above 3 alone,
+/// ARIMA's forecast, a shorter terminal value, and other guard margins.
+/// (Settings that lost in earlier selections are left out: the forecast by
+/// recent error, the guard without the real job's regret, a one-horizon
+/// terminal value, half-lives of 120 and 360 intervals for the churn
+/// estimate.)
+const GRID: [Setting; 12] = [
+    at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
+    at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 2.0),
+    by_fleet(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0)),
     of_moves(setting(6.0, 0.002, ForecastChoice::Persistence, 0.002, 6)),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0, 3),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0, 6),
-    setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 3),
-    setting(6.0, 0.002, ForecastChoice::Arima, 0.0005, 6),
-    setting(3.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
-    setting(6.0, 0.0, ForecastChoice::Persistence, 0.0005, 6),
-    setting(6.0, 0.01, ForecastChoice::Persistence, 0.0005, 6),
+    at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 3), 1.0),
+    at_low_churn(setting(6.0, 0.002, ForecastChoice::Arima, 0.0005, 6), 1.0),
+    at_low_churn(setting(3.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+    at_low_churn(setting(6.0, 0.0, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+    at_low_churn(setting(6.0, 0.01, ForecastChoice::Persistence, 0.0005, 6), 1.0),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.
@@ -345,7 +387,17 @@ fn main() {
                 .intervals,
         })
         .collect();
-    let cases = run_all(&traces, &GRID, &constants, &peer_constants);
+    // `--settings 0,1` scores only those rows of the grid (quicker).
+    let grid: Vec<Setting> = match args.iter().position(|a| a == "--settings") {
+        Some(i) => args
+            .get(i + 1)
+            .expect("--settings takes a comma-separated list of grid rows")
+            .split(',')
+            .map(|s| GRID[s.trim().parse::<usize>().expect("--settings: rows are unsigned integers")])
+            .collect(),
+        None => GRID.to_vec(),
+    };
+    let cases = run_all(&traces, &grid, &constants, &peer_constants);
 
     // Leave one family out: on the remaining families, the setting that falls
     // least short of the issue's two targets (the best other row, and 97% of
@@ -365,7 +417,7 @@ fn main() {
     for &held_out in &families {
         let training = |c: &Case| c.family != held_out;
         let mut best = (0, shortfalls(0, &training));
-        for setting in 1..GRID.len() {
+        for setting in 1..grid.len() {
             let scores = shortfalls(setting, &training);
             let better = scores
                 .iter()
@@ -382,8 +434,10 @@ fn main() {
     println!(
         "Leave-one-family-out: the setting (terminal horizons, guard margin, `real` when the real \
          job's own regret also hands over, the planner's count forecast, its margin for deferring to \
-         reactive and the largest burst its churn estimate tells apart) chosen without each family, \
-         and that family scored with it; beside it, the default setting on every family.\n"
+         reactive and how many standard deviations below the churn estimate its moves must also \
+         clear it, the largest burst its churn estimate tells apart and whether the estimate \
+         follows the fleet) chosen without each family, and that family scored with it; beside \
+         it, the default setting on every family.\n"
     );
     println!(
         "| family | trace | model | notice s | best other row | its % of Oracle | default: % of Oracle | \
@@ -391,7 +445,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let default =
-        GRID.iter().position(|&s| s == Setting::of_default()).expect("the default setting is in the grid");
+        grid.iter().position(|&s| s == Setting::of_default()).expect("the default setting is in the grid");
     let (mut worst, mut worst_default, mut below_97, mut below_97_default) =
         (f64::INFINITY, f64::INFINITY, 0, 0);
     for c in &cases {
@@ -408,7 +462,7 @@ fn main() {
             c.columns(),
             100.0 * d / c.oracle,
             d / other,
-            GRID[s].name(),
+            grid[s].name(),
             100.0 * p / c.oracle,
             p / other
         );
@@ -416,22 +470,24 @@ fn main() {
     println!(
         "\ndefault ({}): worst policy / best other row {worst_default:.4}, {below_97_default} of {} cases \
          below 97% of the Oracle; held out: worst {worst:.4}, {below_97} below 97%",
-        GRID[default].name(),
+        grid[default].name(),
         cases.len()
     );
-    print_settings("the table's traces", &cases);
+    print_settings("the table's traces", &grid, &cases);
     if !fresh_seeds.is_empty() {
-        print_fresh(&fresh_traces(&fresh_seeds), default, &fresh_seeds, &constants, &peer_constants);
+        print_fresh(&fresh_traces(&fresh_seeds), &grid, default, &fresh_seeds, &constants, &peer_constants);
     }
 }
 
 /// Every grid setting's worst case, cases behind the best other row and below
 /// 97% of the Oracle, and its mean ratio to the best other row, over `cases`.
-fn print_settings(what: &str, cases: &[Case]) {
+fn print_settings(what: &str, grid: &[Setting], cases: &[Case]) {
     println!("\nEvery setting on {what}:\n");
-    println!("| setting | worst / best other | cases behind | below 97% | mean / best other | behind |");
-    println!("|---|---|---|---|---|---|");
-    for (i, &setting) in GRID.iter().enumerate() {
+    println!(
+        "| setting | worst / best other | cases behind | below 97% | mean / best other | behind | below 97% of the Oracle |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (i, &setting) in grid.iter().enumerate() {
         let ratios: Vec<f64> = cases.iter().map(|c| c.policy[i] / c.best_other.0.max(1.0)).collect();
         let worst = ratios.iter().copied().fold(f64::INFINITY, f64::min);
         let behind = ratios.iter().filter(|&&r| r < 1.0).count();
@@ -443,10 +499,18 @@ fn print_settings(what: &str, cases: &[Case]) {
             .filter(|&(_, &r)| r < 1.0)
             .map(|(c, r)| format!("{} {} {} s: {r:.4}", c.trace, c.model, c.notice_s))
             .collect();
+        let low: Vec<String> = cases
+            .iter()
+            .filter(|c| c.policy[i] < 0.97 * c.oracle)
+            .map(|c| {
+                format!("{} {} {} s: {:.1}%", c.trace, c.model, c.notice_s, 100.0 * c.policy[i] / c.oracle)
+            })
+            .collect();
         println!(
-            "| {} | {worst:.4} | {behind} | {below} | {mean:.4} | {} |",
+            "| {} | {worst:.4} | {behind} | {below} | {mean:.4} | {} | {} |",
             setting.name(),
-            which.join("; ")
+            which.join("; "),
+            low.join("; ")
         );
     }
 }
@@ -454,12 +518,13 @@ fn print_settings(what: &str, cases: &[Case]) {
 /// The default setting alone on traces generated afresh ([`fresh_traces`]).
 fn print_fresh(
     traces: &[ScoredTrace],
+    grid: &[Setting],
     default: usize,
     seeds: &[u64],
     constants: &CostConstants,
     peer_constants: &PeerConstants,
 ) {
-    let cases = run_all(traces, &GRID, constants, peer_constants);
+    let cases = run_all(traces, grid, constants, peer_constants);
     println!("\nThe default on traces generated afresh (seeds {seeds:?}, none in the repository):\n");
     println!(
         "| trace | model | notice s | best other row | its % of Oracle | default: % of Oracle | default / best other |"
@@ -476,5 +541,5 @@ fn print_fresh(
         "\nfresh traces: worst default / best other row {worst:.4}, {below_97} of {} cases below 97% of the Oracle",
         cases.len()
     );
-    print_settings("the fresh traces", &cases);
+    print_settings("the fresh traces", grid, &cases);
 }
