@@ -132,17 +132,24 @@ impl ChurnEstimator {
     /// wins on the estimate's noise. `sigmas <= 0` (or not finite): the
     /// estimate itself.
     pub fn estimate_lower(&self, history: &[IntervalStats], sigmas: f64) -> Vec<Churn> {
+        self.estimate_with_lower(history, sigmas).1
+    }
+
+    /// [`Self::estimate`] and [`Self::estimate_lower`] from one pass over
+    /// the history (a planner that checks both reads it once per interval).
+    pub fn estimate_with_lower(&self, history: &[IntervalStats], sigmas: f64) -> (Vec<Churn>, Vec<Churn>) {
         let (churn, bursts) = self.estimate_counted(history);
         if !(sigmas.is_finite() && sigmas > 0.0) {
-            return churn;
+            return (churn.clone(), churn);
         }
         let root = bursts.sqrt();
         let factor = if root > sigmas { (root - sigmas).powi(2) / bursts } else { 0.0 };
-        churn
-            .into_iter()
-            .map(|c| Churn { probability: c.probability * factor, ..c })
+        let low = churn
+            .iter()
+            .map(|c| Churn { probability: c.probability * factor, ..*c })
             .filter(|c| c.probability > 0.0)
-            .collect()
+            .collect();
+        (churn, low)
     }
 
     /// The estimate and the (weighted) count of bursts it rests on.

@@ -117,12 +117,19 @@ impl RobustLiveput {
     fn churns_for(&self, request: &OptimizeRequest) -> (Vec<Churn>, Option<Vec<Churn>>) {
         match (&self.last, request.forecast.first()) {
             (Some((seen, churn, low)), Some(first)) if seen == first => (churn.clone(), low.clone()),
-            _ => (self.estimator.estimate(&[]), self.low_estimate(&[])),
+            _ => self.estimates(&[]),
         }
     }
 
-    fn low_estimate(&self, history: &[IntervalStats]) -> Option<Vec<Churn>> {
-        (self.defer_sigmas > 0.0).then(|| self.estimator.estimate_lower(history, self.defer_sigmas))
+    /// The estimate and its low end (`None` when [`Self::defer_sigmas`] is
+    /// 0), from one pass over `history`.
+    fn estimates(&self, history: &[IntervalStats]) -> (Vec<Churn>, Option<Vec<Churn>>) {
+        if self.defer_sigmas > 0.0 {
+            let (churn, low) = self.estimator.estimate_with_lower(history, self.defer_sigmas);
+            (churn, Some(low))
+        } else {
+            (self.estimator.estimate(history), None)
+        }
     }
 }
 
@@ -130,7 +137,8 @@ impl Predictor for RobustLiveput {
     fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
         let forecast = self.forecast.predict(request)?;
         self.last = request.history.last().map(|&seen| {
-            (seen, self.estimator.estimate(&request.history), self.low_estimate(&request.history))
+            let (churn, low) = self.estimates(&request.history);
+            (seen, churn, low)
         });
         Ok(forecast)
     }
