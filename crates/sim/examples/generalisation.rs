@@ -5,7 +5,8 @@
 //! baseline or peer under the same recovery rules.
 //!
 //! Leave-one-family-out: the default's settings (terminal value, switching
-//! margin, the planner's count forecast, its margin for deferring to reactive
+//! margin and whether a lead must also be significant, the planner's count
+//! forecast, its margin for deferring to reactive
 //! and how far below the churn estimate its moves must clear it, the largest
 //! burst its churn estimate tells apart and whether that estimate follows the
 //! fleet) are chosen from a small grid on every family but one, by how far
@@ -67,6 +68,9 @@ struct Setting {
     margin: f64,
     /// Whether the real job's own regret also hands over to reactive.
     real_regret: bool,
+    /// How many standard deviations of the score difference's noise a lead
+    /// must also exceed before the guard acts on it (0: the margin alone).
+    significance: f64,
     /// The planner's count forecast.
     forecast: ForecastChoice,
     /// The planner's margin for deferring to reactive's layout.
@@ -90,6 +94,7 @@ impl Setting {
             terminal: d.planner.optimizer.terminal_horizons,
             margin: d.settings.margin,
             real_regret: d.settings.real_regret,
+            significance: d.settings.significance,
             forecast: d.planner.forecast.choice,
             defer: d.planner.optimizer.defer_margin,
             max_burst: d.planner.estimator.max_extra,
@@ -104,6 +109,7 @@ impl Setting {
         let mut guarded = GuardedLiveput::with_settings(GuardSettings {
             margin: self.margin,
             real_regret: self.real_regret,
+            significance: self.significance,
             ..GuardSettings::default()
         });
         guarded.planner.optimizer.terminal_horizons = self.terminal;
@@ -119,10 +125,11 @@ impl Setting {
     /// The setting as the tables show it.
     fn name(self) -> String {
         format!(
-            "{}x, {}{}, {}, defer {}{}{}, bursts to {}{}",
+            "{}x, {}{}{}, {}, defer {}{}{}, bursts to {}{}",
             self.terminal,
             self.margin,
             if self.real_regret { ", real" } else { "" },
+            if self.significance > 0.0 { format!(" and {} sd", self.significance) } else { String::new() },
             self.forecast.as_str(),
             self.defer,
             if self.only_moves { " of moves" } else { "" },
@@ -146,6 +153,7 @@ const fn setting(
         terminal,
         margin,
         real_regret: true,
+        significance: 0.0,
         forecast,
         defer,
         max_burst,
@@ -161,9 +169,10 @@ const fn at_low_churn(setting: Setting, sigmas: f64) -> Setting {
     Setting { sigmas, ..setting }
 }
 
-/// [`setting`] whose churn estimate lets each burst size follow the fleet.
-const fn by_fleet(setting: Setting) -> Setting {
-    Setting { fleet_scaled: true, ..setting }
+/// [`setting`] whose guard acts only on leads beyond `significance`
+/// standard deviations of the score difference's noise.
+const fn significant(setting: Setting, significance: f64) -> Setting {
+    Setting { significance, ..setting }
 }
 
 /// [`setting`] deferring only where the planner's best plan moves.
@@ -173,24 +182,24 @@ const fn of_moves(setting: Setting) -> Setting {
 
 /// The grid the held-out selection chooses from: the default (deference at
 /// the churn estimate, and for the planner's own moves one standard deviation
-/// below it); deference at the estimate alone (the default of the session
-/// before) and two deviations below; the churn estimate letting each burst
-/// size follow the fleet; deference only where the planner's own plan moves
-/// (it never makes the job migrate: on the mixed p3+g4dn fleet it keeps 0.2
-/// point of the 0.4 that deference costs there); no deference with bursts
-/// pooled above 3 (an earlier default) and to 6, bursts pooled above 3 alone,
-/// ARIMA's forecast, a shorter terminal value, and other guard margins.
-/// (Settings that lost in earlier selections are left out: the forecast by
-/// recent error, the guard without the real job's regret, a one-horizon
-/// terminal value, half-lives of 120 and 360 intervals for the churn
-/// estimate.)
+/// below it); deference at the estimate alone and two deviations below; the
+/// guard acting only on leads beyond two standard deviations of the score
+/// difference's noise, with deference at one deviation and at the estimate;
+/// deference only where the planner's own plan moves (it never makes the job
+/// migrate: on the mixed p3+g4dn fleet it keeps 0.2 point of the 0.4 that
+/// deference costs there); no deference; bursts pooled above 3, ARIMA's
+/// forecast, a shorter terminal value, and other guard margins. (Settings
+/// that lost in earlier selections are left out: the forecast by recent
+/// error, the guard without the real job's regret, a one-horizon terminal
+/// value, half-lives of 120 and 360 intervals for the churn estimate, the
+/// estimate following the fleet, no deference with bursts pooled above 3.)
 const GRID: [Setting; 12] = [
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 2.0),
-    by_fleet(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0)),
+    significant(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 2.0),
+    significant(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 2.0),
     of_moves(setting(6.0, 0.002, ForecastChoice::Persistence, 0.002, 6)),
-    setting(6.0, 0.002, ForecastChoice::Persistence, 0.0, 3),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0, 6),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 3), 1.0),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Arima, 0.0005, 6), 1.0),
@@ -433,7 +442,8 @@ fn main() {
     }
     println!(
         "Leave-one-family-out: the setting (terminal horizons, guard margin, `real` when the real \
-         job's own regret also hands over, the planner's count forecast, its margin for deferring to \
+         job's own regret also hands over and `and N sd` when the guard acts only on leads beyond N \
+         standard deviations of their noise, the planner's count forecast, its margin for deferring to \
          reactive and how many standard deviations below the churn estimate its moves must also \
          clear it, the largest burst its churn estimate tells apart and whether the estimate \
          follows the fleet) chosen without each family, and that family scored with it; beside \

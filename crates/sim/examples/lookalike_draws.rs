@@ -1,7 +1,9 @@
 //! The default policy on many fresh draws of the look-alikes fitted to the
 //! public p3 and g4dn traces (`SynthSpec::fitted`, 24 h each), with and
 //! without its check of its own moves at the low end of the churn estimate
-//! (`RobustLiveput::defer_sigmas`): the generalisation table scores four
+//! (`RobustLiveput::defer_sigmas`), and without it but with a guard that
+//! acts only on significant leads (`GuardSettings::significance`, two
+//! standard deviations): the generalisation table scores four
 //! draws of every family against every baseline and peer; this scores tens of
 //! draws of the two families whose bursts are rarest and costliest, against
 //! the Oracle and reactive (the best other row on every look-alike case of
@@ -23,8 +25,18 @@ use parcae_traces::synth::SynthSpec;
 
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
-/// The check's standard deviations: the default's, then none.
-const SIGMAS: [f64; 2] = [parcae_policy_core::guard::DEFAULT_DEFER_SIGMAS, 0.0];
+/// `(name, the check's standard deviations, the guard's significance)`: the
+/// default, the check off, and the check off under a guard that needs two
+/// standard deviations.
+const SETTINGS: [(&str, f64, f64); 3] = [
+    (
+        "default",
+        parcae_policy_core::guard::DEFAULT_DEFER_SIGMAS,
+        parcae_policy_core::guard::DEFAULT_GUARD_SIGNIFICANCE,
+    ),
+    ("at the estimate", 0.0, parcae_policy_core::guard::DEFAULT_GUARD_SIGNIFICANCE),
+    ("at the estimate, guard 2 sd", 0.0, 2.0),
+];
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -45,8 +57,8 @@ fn main() {
     let real = parcae_traces::load(Path::new(source)).expect("the public trace loads");
     let prices = Prices { spot_usd_per_hour: 0.918, on_demand_usd_per_hour: 3.06 };
     // Per setting: % of the Oracle of every draw, and draws behind reactive.
-    let mut shares: [Vec<f64>; 2] = Default::default();
-    let mut behind = [0usize; 2];
+    let mut shares: [Vec<f64>; SETTINGS.len()] = Default::default();
+    let mut behind = [0usize; SETTINGS.len()];
     for seed in seeds {
         let series = SynthSpec::fitted(&real, INTERVAL_MS, &family, 24.0, seed)
             .and_then(|spec| spec.generate())
@@ -70,29 +82,30 @@ fn main() {
         let oracle = score(&oracle_under(&system, &series, INTERVAL_MS, recovery).expect("the Oracle plans"));
         let baseline = score(&reactive(&system, &series));
         let mut line = format!("{family} seed {seed} {model}: reactive {:.2}%", 100.0 * baseline / oracle);
-        for (i, sigmas) in SIGMAS.into_iter().enumerate() {
+        for (i, (name, sigmas, significance)) in SETTINGS.into_iter().enumerate() {
             let mut policy = GuardedLiveput::default();
             policy.planner.defer_sigmas = sigmas;
+            policy.settings.significance = significance;
             let decisions = drive_native(&mut policy, &series, &system, recovery, INTERVAL_MS, HORIZON)
                 .expect("the native policy does not fail on a profiled model");
             let samples = score(&decisions);
             shares[i].push(100.0 * samples / oracle);
             behind[i] += usize::from(samples < baseline);
             line += &format!(
-                " | {sigmas} sd: {:.2}% ({:.4} of reactive)",
+                " | {name}: {:.2}% ({:.4} of reactive)",
                 100.0 * samples / oracle,
                 samples / baseline
             );
         }
         println!("{line}");
     }
-    for (i, sigmas) in SIGMAS.into_iter().enumerate() {
+    for (i, (name, _, _)) in SETTINGS.into_iter().enumerate() {
         let s = &shares[i];
         let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
         let lowest = s.iter().copied().fold(f64::INFINITY, f64::min);
         let below = s.iter().filter(|&&p| p < 97.0).count();
         println!(
-            "{sigmas} sd: {} draws, mean {mean:.2}% of the Oracle, lowest {lowest:.2}%, {below} below 97%, {} behind reactive",
+            "{name}: {} draws, mean {mean:.2}% of the Oracle, lowest {lowest:.2}%, {below} below 97%, {} behind reactive",
             s.len(),
             behind[i]
         );
