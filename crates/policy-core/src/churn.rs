@@ -41,28 +41,16 @@
 //!
 //! # Per-instance hazards and market-wide bursts
 //!
-//! Some clouds take instances one by one, each with its own hazard: the more
-//! instances, the more preemptions per interval. Others take a slice of the
-//! market at once, whatever the job holds. Averaged over a history whose fleet
-//! was two to three times larger than now, the first kind overstates the risk
-//! of a small fleet; scaled by the fleet, the second kind understates it (the
-//! g4dn look-alike, whose bursts are market-wide, fell from 98.5% to 95.5% of
-//! the Oracle when every chance was scaled). With
-//! [`ChurnEstimator::fleet_scaled`] the history tells which kind each burst
-//! size is: its chance per interval is either constant or proportional to the
-//! fleet at the interval's start, and the two Poisson models, fitted by
-//! maximum likelihood, differ in log-likelihood by the sum over that size's
-//! bursts of ln(fleet then / mean fleet). Bursts that came when the fleet was
-//! large favour the proportional model; the estimate weighs the two by their
-//! likelihoods (equal odds before any burst) and scales the proportional
-//! share by the fleet now over the history's mean fleet.
-//!
-//! It is off by default. Measured in the leave-one-family-out grid
-//! (`crates/sim/examples/generalisation.rs`), it did not remove the near tie
-//! it was built for (long-calm, GPT-6.7B unannounced: that family's
-//! preemptions are mostly its wave taking capacity back, about one instance
-//! every 20-30 minutes whatever the fleet, and the likelihood ratio says so),
-//! and it took p3's GPT-6.7B unannounced below 97% of the Oracle.
+//! Every interval's bursts count the same whatever the fleet was then and is
+//! now. An estimate that let each burst size follow the fleet where its
+//! history did (per size, the likelihood ratio of a rate proportional to the
+//! fleet over a constant one) was measured in the leave-one-family-out grid
+//! (`crates/sim/examples/generalisation.rs`) and removed: it did not remove the
+//! long-calm near tie it was built for (that family's preemptions are its
+//! wave taking capacity back, about one instance every 20-30 minutes whatever
+//! the fleet) and took p3's GPT-6.7B unannounced below 97% of the Oracle.
+//! Scaling every chance by the fleet took the g4dn look-alike, whose bursts
+//! are market-wide, from 98.5% to 95.5%.
 //!
 //! A uniform weight was kept over a half-life because, measured the same way,
 //! half-lives of 30 to 240 intervals did no better on the whole trace and its
@@ -95,22 +83,11 @@ pub struct ChurnEstimator {
     /// Weight of an observation halves every this many intervals of age;
     /// `None` weighs every interval the same.
     pub half_life: Option<f64>,
-    /// Whether each burst size's chance may follow the fleet (see the
-    /// module documentation; off by default): off, every interval's bursts
-    /// count the same whatever the fleet was then and is now.
-    pub fleet_scaled: bool,
 }
 
 impl Default for ChurnEstimator {
     fn default() -> Self {
-        Self {
-            prior_intervals: 20.0,
-            prior_rate: 0.1,
-            prior_extra: 2,
-            max_extra: 3,
-            half_life: None,
-            fleet_scaled: false,
-        }
+        Self { prior_intervals: 20.0, prior_rate: 0.1, prior_extra: 2, max_extra: 3, half_life: None }
     }
 }
 
@@ -124,19 +101,13 @@ impl ChurnEstimator {
         self.estimate_counted(history).0
     }
 
-    /// [`Self::estimate`] with every chance scaled down to the lower end of
-    /// its `sigmas`-standard-deviation confidence interval: the bursts seen
-    /// (prior included), `n` of them, are a Poisson count, so the rate's lower
-    /// bound is `(sqrt(n) - sigmas)^2 / n` of the estimate (nothing when `n <=
-    /// sigmas^2`). A plan that only wins at the estimate, not at this rate,
-    /// wins on the estimate's noise. `sigmas <= 0` (or not finite): the
-    /// estimate itself.
-    pub fn estimate_lower(&self, history: &[IntervalStats], sigmas: f64) -> Vec<Churn> {
-        self.estimate_with_lower(history, sigmas).1
-    }
-
-    /// [`Self::estimate`] and [`Self::estimate_lower`] from one pass over
-    /// the history (a planner that checks both reads it once per interval).
+    /// [`Self::estimate`], and beside it the same with every chance scaled
+    /// down to the lower end of its `sigmas`-standard-deviation confidence
+    /// interval: the bursts seen (prior included), `n` of them, are a Poisson
+    /// count, so the rate's lower bound is `(sqrt(n) - sigmas)^2 / n` of the
+    /// estimate (nothing when `n <= sigmas^2`). A plan that only wins at the
+    /// estimate, not at this rate, wins on the estimate's noise. `sigmas <= 0`
+    /// (or not finite): the estimate itself, twice. One pass over the history.
     pub fn estimate_with_lower(&self, history: &[IntervalStats], sigmas: f64) -> (Vec<Churn>, Vec<Churn>) {
         let (churn, bursts) = self.estimate_counted(history);
         if !(sigmas.is_finite() && sigmas > 0.0) {
@@ -155,39 +126,23 @@ impl ChurnEstimator {
     /// The estimate and the (weighted) count of bursts it rests on.
     fn estimate_counted(&self, history: &[IntervalStats]) -> (Vec<Churn>, f64) {
         let cap = self.max_extra.max(1) as usize;
-        // weights[k - 1]: weight of the intervals that took k (capped);
-        // evidence[k - 1]: the weighted log-likelihood ratio of k's chance
-        // following the fleet over its being constant.
+        // weights[k - 1]: weight of the intervals that took k (capped).
         let mut weights = vec![0.0f64; cap];
-        let mut evidence = vec![0.0f64; cap];
         let mut total = 0.0f64;
         let n = history.len();
         let decay = self.half_life.filter(|h| h.is_finite() && *h > 0.0).map(|h| 0.5f64.powf(1.0 / h));
-        let mean_fleet = if self.fleet_scaled { weighted_mean_fleet(history, decay) } else { 0.0 };
         let mut w = 1.0f64;
         // Newest first, so a decaying weight is a running product.
         for s in history.iter().rev() {
             total += w;
             if s.preemptions > 0 {
-                let k = (s.preemptions as usize).min(cap) - 1;
-                weights[k] += w;
-                if mean_fleet > 0.0 {
-                    evidence[k] += w * (f64::from(fleet_before(s)) / mean_fleet).ln();
-                }
+                weights[(s.preemptions as usize).min(cap) - 1] += w;
             }
             if let Some(d) = decay {
                 w *= d;
             }
         }
         debug_assert!(n == 0 || total > 0.0);
-        if mean_fleet > 0.0 {
-            let scale = f64::from(history.last().map_or(0, |s| s.instances)) / mean_fleet;
-            for (weight, evidence) in weights.iter_mut().zip(&evidence) {
-                // The proportional model's posterior weight, equal odds before.
-                let trust = 1.0 / (1.0 + (-evidence).exp());
-                *weight *= (1.0 - trust) + trust * scale;
-            }
-        }
         let mut bursts: f64 = weights.iter().sum();
         let prior = if self.prior_intervals.is_finite() { self.prior_intervals.max(0.0) } else { 0.0 };
         let rate = if self.prior_rate.is_finite() { self.prior_rate.clamp(0.0, 1.0) } else { 0.0 };
@@ -199,42 +154,14 @@ impl ChurnEstimator {
         if total <= 0.0 {
             return (Vec::new(), 0.0);
         }
-        // A fleet larger than ever before can scale the chances past 1: keep
-        // them a distribution (some chance of a quiet interval left).
-        let sum: f64 = weights.iter().sum::<f64>() / total;
-        let norm = if mean_fleet > 0.0 && sum > MAX_BUSY_SHARE { MAX_BUSY_SHARE / sum } else { 1.0 };
         let churn = weights
             .iter()
             .enumerate()
             .filter(|&(_, &w)| w > 0.0)
-            .map(|(k, &w)| Churn { extra: k as u32 + 1, probability: norm * w / total })
+            .map(|(k, &w)| Churn { extra: k as u32 + 1, probability: w / total })
             .collect();
         (churn, bursts)
     }
-}
-
-/// The largest share of intervals a fleet-scaled estimate may say take
-/// instances.
-const MAX_BUSY_SHARE: f64 = 0.99;
-
-/// The fleet at an interval's start: what it ended with, less the arrivals,
-/// plus what was taken (at least what was taken).
-fn fleet_before(s: &IntervalStats) -> u32 {
-    s.instances.saturating_add(s.preemptions).saturating_sub(s.arrivals).max(s.preemptions)
-}
-
-/// The history's mean fleet at interval starts, weighted as the estimate
-/// weighs its intervals (0 for no history).
-fn weighted_mean_fleet(history: &[IntervalStats], decay: Option<f64>) -> f64 {
-    let (mut sum, mut total, mut w) = (0.0f64, 0.0f64, 1.0f64);
-    for s in history.iter().rev() {
-        sum += w * f64::from(fleet_before(s));
-        total += w;
-        if let Some(d) = decay {
-            w *= d;
-        }
-    }
-    if total > 0.0 { sum / total } else { 0.0 }
 }
 
 #[cfg(test)]
@@ -309,52 +236,6 @@ mod tests {
         );
     }
 
-    /// Fleet `sizes[i]` at interval i's start, `taken[i]` preempted in it
-    /// (and replaced at once, so the fleet ends the interval at its size).
-    fn fleet_history(sizes: &[u32], taken: &[u32]) -> Vec<IntervalStats> {
-        sizes
-            .iter()
-            .zip(taken)
-            .map(|(&n, &p)| IntervalStats { instances: n, arrivals: p, preemptions: p })
-            .collect()
-    }
-
-    #[test]
-    fn a_burst_size_follows_the_fleet_only_where_its_history_did() {
-        let scaled = ChurnEstimator { fleet_scaled: true, ..no_prior() };
-        // 60 intervals at 40 instances, then 20 at 10: singles came one in
-        // four intervals while the fleet was large, one in sixteen after.
-        let mut sizes = vec![40; 60];
-        sizes.extend([10; 20]);
-        let taken: Vec<u32> =
-            (0..80).map(|i| u32::from(if i < 60 { i % 4 == 3 } else { i % 16 == 15 })).collect();
-        let h = fleet_history(&sizes, &taken);
-        let flat = no_prior().estimate(&h);
-        let follows = scaled.estimate(&h);
-        assert_eq!(flat.len(), 1);
-        assert_eq!(follows.len(), 1);
-        // The hazard per instance: at 10 instances, well below the average
-        // over a history whose mean fleet was 32.5 (0.21), toward the rate
-        // of one in sixteen the hazard gives 10 instances.
-        assert!(follows[0].probability < 0.6 * flat[0].probability, "{flat:?} {follows:?}");
-        assert!(follows[0].probability > 1.0 / 16.0, "{follows:?}");
-        // The same fleet back at 40: above the average.
-        let mut back = h.clone();
-        back.push(IntervalStats { instances: 40, arrivals: 30, preemptions: 0 });
-        assert!(scaled.estimate(&back)[0].probability > no_prior().estimate(&back)[0].probability);
-
-        // Market-wide bursts of 3, as often whatever the fleet: the evidence
-        // is against the proportional model, and the estimate barely moves.
-        let taken: Vec<u32> = (0..80).map(|i| if i % 5 == 4 { 3 } else { 0 }).collect();
-        let h = fleet_history(&sizes, &taken);
-        let (flat, follows) = (no_prior().estimate(&h), scaled.estimate(&h));
-        assert!(follows[0].probability > 0.9 * flat[0].probability, "{flat:?} {follows:?}");
-
-        // A steady fleet: nothing to tell, the estimate is the unscaled one.
-        let h = fleet_history(&[20; 30], &taken[..30]);
-        assert_eq!(scaled.estimate(&h), no_prior().estimate(&h));
-    }
-
     #[test]
     fn the_low_estimate_is_the_poisson_lower_bound_of_the_bursts_seen() {
         let est = no_prior();
@@ -362,25 +243,23 @@ mod tests {
         // (5 - 1)^2 / 25 of the estimate, two below (5 - 2)^2 / 25.
         let h = history(&(0..100).map(|i| u32::from(i % 4 == 0)).collect::<Vec<_>>());
         assert_eq!(est.estimate(&h), vec![Churn { extra: 1, probability: 0.25 }]);
-        let one = est.estimate_lower(&h, 1.0);
+        let one = est.estimate_with_lower(&h, 1.0).1;
         assert!((one[0].probability - 0.25 * 16.0 / 25.0).abs() < 1e-12, "{one:?}");
-        let two = est.estimate_lower(&h, 2.0);
+        let two = est.estimate_with_lower(&h, 2.0).1;
         assert!((two[0].probability - 0.25 * 9.0 / 25.0).abs() < 1e-12, "{two:?}");
         // Off: the estimate itself.
-        assert_eq!(est.estimate_lower(&h, 0.0), est.estimate(&h));
-        assert_eq!(est.estimate_lower(&h, f64::NAN), est.estimate(&h));
+        assert_eq!(est.estimate_with_lower(&h, 0.0).1, est.estimate(&h));
+        assert_eq!(est.estimate_with_lower(&h, f64::NAN).1, est.estimate(&h));
         // One burst cannot be told from none one deviation down: no churn.
         let one_burst = history(&[0, 0, 3, 0]);
-        assert!(est.estimate_lower(&one_burst, 1.0).is_empty());
+        assert!(est.estimate_with_lower(&one_burst, 1.0).1.is_empty());
         // The prior's pseudo-bursts count (2 of them: sqrt(2) > 1).
-        assert_eq!(ChurnEstimator::default().estimate_lower(&[], 1.0).len(), 1);
+        assert_eq!(ChurnEstimator::default().estimate_with_lower(&[], 1.0).1.len(), 1);
     }
 
     #[test]
     fn odd_settings_never_panic_and_stay_a_distribution() {
-        let mut h = history(&[0, 5, u32::MAX, 1, 0]);
-        // A fleet that grew far past its history: scaled chances past 1.
-        h.extend(fleet_history(&[1, 1, 1, 1, 1000], &[1, 1, 1, 1, 0]));
+        let h = history(&[0, 5, u32::MAX, 1, 0]);
         for est in [
             ChurnEstimator { max_extra: 0, ..ChurnEstimator::default() },
             ChurnEstimator {
@@ -391,13 +270,6 @@ mod tests {
             ChurnEstimator { prior_rate: 7.0, prior_extra: 100, ..ChurnEstimator::default() },
             ChurnEstimator { half_life: Some(0.0), ..ChurnEstimator::default() },
             ChurnEstimator { half_life: Some(f64::NAN), ..ChurnEstimator::default() },
-            ChurnEstimator { fleet_scaled: true, ..ChurnEstimator::default() },
-            ChurnEstimator {
-                fleet_scaled: true,
-                max_extra: 1,
-                prior_intervals: 0.0,
-                ..ChurnEstimator::default()
-            },
         ] {
             for hist in [&h[..], &[]] {
                 let churn = est.estimate(hist);

@@ -43,7 +43,7 @@ pub struct Liveput {
     /// the forecast is taken as certain, as in the paper.
     pub churn: Vec<Churn>,
     /// The churn at the low end of its estimate's confidence interval
-    /// ([`crate::churn::ChurnEstimator::estimate_lower`]). With deference on,
+    /// ([`crate::churn::ChurnEstimator::estimate_with_lower`]). With deference on,
     /// where the best plan moves, it also defers to reactive's layout when,
     /// at this churn, the best plan starting with it is within the margin of
     /// the best plan: a move whose edge over reactive rests on a risk the

@@ -66,7 +66,7 @@ pub struct RobustLiveput {
     /// With deference on ([`Liveput::defer_margin`]), the plan leaves
     /// reactive's layout only if it also wins with the churn this many
     /// standard deviations below its estimate
-    /// ([`ChurnEstimator::estimate_lower`]); 0: at the estimate alone.
+    /// ([`ChurnEstimator::estimate_with_lower`]); 0: at the estimate alone.
     pub defer_sigmas: f64,
     /// The last estimate (central and low) and the interval it was made at.
     last: Option<(IntervalStats, Vec<Churn>, Option<Vec<Churn>>)>,

@@ -7,9 +7,8 @@
 //! Leave-one-family-out: the default's settings (terminal value, switching
 //! margin and whether a lead must also be significant, the planner's count
 //! forecast, its margin for deferring to reactive
-//! and how far below the churn estimate its moves must clear it, the largest
-//! burst its churn estimate tells apart and whether that estimate follows the
-//! fleet) are chosen from a small grid on every family but one, by how far
+//! and how far below the churn estimate its moves must clear it, and the
+//! largest burst its churn estimate tells apart) are chosen from a small grid on every family but one, by how far
 //! the worst case there falls short of the issue's two targets (at least the
 //! best baseline or peer, at least 97% of the Oracle), and the held-out
 //! family is scored with that choice. A setting that only wins where it was
@@ -79,8 +78,6 @@ struct Setting {
     max_burst: u32,
     /// Whether the planner defers only where its best plan moves.
     only_moves: bool,
-    /// Whether the churn estimate lets each burst size follow the fleet.
-    fleet_scaled: bool,
     /// How many standard deviations below the churn estimate the planner's
     /// edge over reactive must also hold (0: at the estimate alone).
     sigmas: f64,
@@ -99,7 +96,6 @@ impl Setting {
             defer: d.planner.optimizer.defer_margin,
             max_burst: d.planner.estimator.max_extra,
             only_moves: d.planner.optimizer.defer_only_moves,
-            fleet_scaled: d.planner.estimator.fleet_scaled,
             sigmas: d.planner.defer_sigmas,
         }
     }
@@ -117,7 +113,6 @@ impl Setting {
         guarded.planner.optimizer.defer_margin = self.defer;
         guarded.planner.estimator.max_extra = self.max_burst;
         guarded.planner.optimizer.defer_only_moves = self.only_moves;
-        guarded.planner.estimator.fleet_scaled = self.fleet_scaled;
         guarded.planner.defer_sigmas = self.sigmas;
         guarded
     }
@@ -125,7 +120,7 @@ impl Setting {
     /// The setting as the tables show it.
     fn name(self) -> String {
         format!(
-            "{}x, {}{}{}, {}, defer {}{}{}, bursts to {}{}",
+            "{}x, {}{}{}, {}, defer {}{}{}, bursts to {}",
             self.terminal,
             self.margin,
             if self.real_regret { ", real" } else { "" },
@@ -134,8 +129,7 @@ impl Setting {
             self.defer,
             if self.only_moves { " of moves" } else { "" },
             if self.sigmas > 0.0 { format!(" at -{} sd", self.sigmas) } else { String::new() },
-            self.max_burst,
-            if self.fleet_scaled { " by fleet" } else { "" }
+            self.max_burst
         )
     }
 }
@@ -158,7 +152,6 @@ const fn setting(
         defer,
         max_burst,
         only_moves: false,
-        fleet_scaled: false,
         sigmas: 0.0,
     }
 }
@@ -445,8 +438,7 @@ fn main() {
          job's own regret also hands over and `and N sd` when the guard acts only on leads beyond N \
          standard deviations of their noise, the planner's count forecast, its margin for deferring to \
          reactive and how many standard deviations below the churn estimate its moves must also \
-         clear it, the largest burst its churn estimate tells apart and whether the estimate \
-         follows the fleet) chosen without each family, and that family scored with it; beside \
+         clear it, and the largest burst its churn estimate tells apart) chosen without each family, and that family scored with it; beside \
          it, the default setting on every family.\n"
     );
     println!(
