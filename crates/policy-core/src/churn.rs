@@ -91,7 +91,32 @@ impl Default for ChurnEstimator {
     }
 }
 
+/// The interval length the prior and the half-life are stated in
+/// ([`ChurnEstimator::for_interval`] restates them for another).
+pub const STATED_INTERVAL_MS: u64 = 60_000;
+
 impl ChurnEstimator {
+    /// This estimator for intervals of `interval_ms`, its prior and
+    /// half-life being stated in one-minute intervals
+    /// ([`STATED_INTERVAL_MS`]): the prior covers the same time with the same
+    /// bursts per minute (as many pseudo-bursts in all), and the half-life
+    /// spans the same time, so a host that plans every 30 s or every 5
+    /// minutes starts from the same belief about the fleet. The chance of a
+    /// burst per interval is capped at 1. One-minute intervals (or 0 ms):
+    /// unchanged.
+    pub fn for_interval(&self, interval_ms: u64) -> ChurnEstimator {
+        if interval_ms == 0 || interval_ms == STATED_INTERVAL_MS {
+            return *self;
+        }
+        let per_stated = STATED_INTERVAL_MS as f64 / interval_ms as f64;
+        ChurnEstimator {
+            prior_intervals: self.prior_intervals * per_stated,
+            prior_rate: (self.prior_rate / per_stated).min(1.0),
+            half_life: self.half_life.map(|h| h * per_stated),
+            ..*self
+        }
+    }
+
     /// The estimated chance that one interval takes `extra` instances, one
     /// entry per `extra >= 1` with a positive chance, in increasing `extra`;
     /// the chances sum to below 1 (the rest: nothing taken). Deterministic: the
@@ -176,6 +201,22 @@ mod tests {
         ChurnEstimator { prior_intervals: 0.0, ..ChurnEstimator::default() }
     }
 
+    /// The prior and the half-life are stated in one-minute intervals: at
+    /// 30 s the prior covers the same 20 minutes with half the chance per
+    /// interval (the same two pseudo-bursts), and the half-life the same time.
+    #[test]
+    fn the_prior_means_the_same_time_at_any_interval_length() {
+        let minute = ChurnEstimator { half_life: Some(30.0), ..ChurnEstimator::default() };
+        assert_eq!(minute.for_interval(60_000), minute);
+        assert_eq!(minute.for_interval(0), minute, "no interval length: unchanged");
+        let half = minute.for_interval(30_000);
+        assert_eq!((half.prior_intervals, half.prior_rate, half.half_life), (40.0, 0.05, Some(60.0)));
+        let (at_minute, at_half) = (minute.estimate(&[]), half.estimate(&[]));
+        assert_eq!(at_minute, vec![Churn { extra: 2, probability: 0.1 }]);
+        assert_eq!(at_half, vec![Churn { extra: 2, probability: 0.05 }]);
+        // A long interval cannot have more than one burst per interval.
+        assert_eq!(minute.for_interval(3_600_000).prior_rate, 1.0);
+    }
     #[test]
     fn shares_of_a_hand_made_history() {
         // 10 intervals: two took 1, one took 3, one took 12 (pooled into 8).

@@ -21,7 +21,7 @@
 //! with the exact expected liveput of the cost model ([`crate::liveput::liveput`]):
 //! the same number `bench` would give that candidate over the same prefix. Scores
 //! are exponentially weighted sums with a time constant of
-//! [`GuardSettings::window_intervals`], so the guard follows the fleet's recent
+//! [`GuardSettings::window_minutes`], so the guard follows the fleet's recent
 //! character, not its distant past. The candidate in charge changes only when
 //! the other's score exceeds it by [`GuardSettings::margin`] (a fraction of the
 //! leader's score), so two nearly equal candidates do not make the real job
@@ -70,9 +70,11 @@ use crate::{
 /// The guard's knobs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GuardSettings {
-    /// Time constant of the scores, in intervals (the weight of an interval
-    /// `w` ago is `(1 - 1/window)^w`).
-    pub window_intervals: f64,
+    /// Time constant of the scores, in minutes: each interval of `m`
+    /// minutes keeps `1 - m/window` of the scores' weight (an interval `w`
+    /// one-minute intervals ago weighs `(1 - 1/window)^w`), so the window
+    /// spans the same time whatever the interval length.
+    pub window_minutes: f64,
     /// The challenger must beat the leader's score by this fraction of it.
     pub margin: f64,
     /// Also hand over to reactive when the real job (not the planner's
@@ -88,18 +90,29 @@ pub struct GuardSettings {
 }
 
 impl Default for GuardSettings {
-    /// Six hours of one-minute intervals, long enough that one burst does not
+    /// Six hours, long enough that one burst does not
     /// decide and short enough to follow a fleet that changes character within
     /// a day; a 0.2% margin, chosen by leave-one-trace-family-out selection
     /// over {0, 0.2%, 1%} (`crates/sim/examples/generalisation.rs`): 1% left
     /// the guard on the planner where reactive was 0.2-0.3 points ahead.
     fn default() -> Self {
         GuardSettings {
-            window_intervals: 360.0,
+            window_minutes: 360.0,
             margin: 0.002,
             real_regret: true,
             significance: DEFAULT_GUARD_SIGNIFICANCE,
         }
+    }
+}
+
+impl GuardSettings {
+    /// The share of the scores' weight an interval of `interval_ms` keeps
+    /// ([`GuardSettings::window_minutes`]): `+ - * /` only, so a guest keeps
+    /// bit for bit what the host keeps. At least 0 (an interval longer than
+    /// the window forgets everything before it).
+    pub fn keep_per_interval(&self, interval_ms: u64) -> f64 {
+        let minutes = interval_ms as f64 / 60_000.0;
+        (1.0 - minutes / self.window_minutes.max(minutes).max(1.0)).max(0.0)
     }
 }
 
@@ -300,7 +313,7 @@ impl GuardedLiveput {
                 "observed interval {observed:?} has more arrivals than instances after them: not a consistent interval"
             )
         })?;
-        let keep = 1.0 - 1.0 / self.settings.window_intervals.max(1.0);
+        let keep = self.settings.keep_per_interval(request.interval_ms);
         let interval_ms = request.interval_ms as f64;
         let recovery = request.recovery;
         let score = |profile, from, before: u32, stats: IntervalStats, to, carried_ms| {
@@ -474,6 +487,19 @@ mod tests {
         decisions
     }
 
+    /// The window is a time: one-minute intervals keep exactly what the
+    /// six-hour window always kept, two 30 s intervals about what one minute
+    /// keeps, and an interval longer than the window forgets everything.
+    #[test]
+    fn the_window_spans_the_same_time_at_any_interval_length() {
+        let settings = GuardSettings::default();
+        assert_eq!(settings.keep_per_interval(60_000), 1.0 - 1.0 / 360.0);
+        let (half, minute) = (settings.keep_per_interval(30_000), settings.keep_per_interval(60_000));
+        assert!((half * half - minute).abs() < 1e-5, "{half}^2 against {minute}");
+        assert_eq!(settings.keep_per_interval(7 * 3_600_000), 0.0);
+        let forever = GuardSettings { window_minutes: f64::INFINITY, ..settings };
+        assert_eq!(forever.keep_per_interval(60_000), 1.0);
+    }
     #[test]
     fn shadows_score_what_the_simulator_would() {
         // A steady fleet: both candidates settle on a layout and earn the
@@ -505,7 +531,7 @@ mod tests {
         // hysteresis.
         let history = IntervalStats::chain_from(0, &[8; 5]);
         let mut guard = GuardedLiveput::with_settings(GuardSettings {
-            window_intervals: 1e9,
+            window_minutes: 1e9,
             margin: 0.5,
             real_regret: false,
             significance: 0.0,
@@ -531,7 +557,7 @@ mod tests {
         // with steady ones: only the second hands over.
         let history = IntervalStats::chain_from(0, &[8; 5]);
         let settings =
-            GuardSettings { window_intervals: 1e9, margin: 0.01, real_regret: false, significance: 2.0 };
+            GuardSettings { window_minutes: 1e9, margin: 0.01, real_regret: false, significance: 2.0 };
         // The leader after reactive's shadow is put 10% ahead with that
         // variance of the difference behind it; and the planner's score.
         let lead_after = |settings: GuardSettings, variance: f64| {
@@ -558,7 +584,7 @@ mod tests {
     fn a_real_job_behind_reactive_hands_over_even_when_the_planner_shadow_leads() {
         let history = IntervalStats::chain_from(0, &[8; 6]);
         let settings =
-            GuardSettings { window_intervals: 1e9, margin: 0.1, real_regret: true, significance: 0.0 };
+            GuardSettings { window_minutes: 1e9, margin: 0.1, real_regret: true, significance: 0.0 };
         let mut guard = GuardedLiveput::with_settings(settings);
         drive(&mut guard, &history[..5]);
         assert_eq!(guard.leader(), Candidate::Planner);
@@ -601,7 +627,7 @@ mod tests {
         // `run` reports an interval whose counts already exclude an instance
         // under notice while the real job still runs on it: (2,4) needs 8,
         // the interval leaves 7. Scoring history must not fail the call.
-        let settings = GuardSettings { window_intervals: f64::INFINITY, ..GuardSettings::default() };
+        let settings = GuardSettings { window_minutes: f64::INFINITY, ..GuardSettings::default() };
         let mut guard = GuardedLiveput::with_settings(settings);
         let history = IntervalStats::chain_from(0, &[8; 4]);
         drive(&mut guard, &history);
@@ -625,7 +651,7 @@ mod tests {
         // job, once settled, runs what the reactive shadow runs, so it
         // trails it by nothing whatever the profiles; scored under the next
         // interval's profile instead, it would trail by the difference.
-        let settings = GuardSettings { window_intervals: f64::INFINITY, ..GuardSettings::default() };
+        let settings = GuardSettings { window_minutes: f64::INFINITY, ..GuardSettings::default() };
         let mut guard = GuardedLiveput::with_settings(settings);
         let history = IntervalStats::chain_from(0, &[8; 12]);
         let mut current = None;

@@ -56,6 +56,12 @@ pub struct Liveput {
     /// that churn's wipes would roll back). 0 (the default, the paper's
     /// optimizer) credits nothing past the horizon.
     pub terminal_horizons: f64,
+    /// The shortest terminal time, ms, whenever [`Liveput::terminal_horizons`]
+    /// is on. A layout is held for tens of minutes however often the host
+    /// plans, but horizons measured in intervals shrink in time with the
+    /// interval, and with them the payback the plan can see. 0 (the default):
+    /// horizons alone.
+    pub min_terminal_ms: f64,
     /// Defer to the reactive baseline's layout unless the best plan beats the
     /// best plan that starts with it by more than this fraction of its
     /// objective. A plan's edge over reactive rests on the forecast and the
@@ -71,6 +77,14 @@ pub struct Liveput {
 }
 
 impl Liveput {
+    /// The terminal time of a plan of `steps` intervals of `interval_ms`:
+    /// [`Liveput::terminal_horizons`] horizons, at least
+    /// [`Liveput::min_terminal_ms`] (none when the horizons are 0).
+    pub fn terminal_ms(&self, steps: usize, interval_ms: u64) -> f64 {
+        let horizons = self.terminal_horizons * steps as f64 * interval_ms as f64;
+        if self.terminal_horizons > 0.0 { horizons.max(self.min_terminal_ms) } else { horizons }
+    }
+
     /// Counters of the transition cache.
     pub fn cache_stats(&self) -> crate::plan::CacheStats {
         self.cache.stats()
@@ -107,7 +121,7 @@ impl Optimizer for Liveput {
         let churn = per_step(&self.churn);
         let options = PlanOptions {
             recovery: request.recovery,
-            terminal_ms: self.terminal_horizons * steps.len() as f64 * request.interval_ms as f64,
+            terminal_ms: self.terminal_ms(steps.len(), request.interval_ms),
             ..self.options
         };
         let mut plan_from = |options, churn: &[Vec<Churn>]| {
@@ -286,6 +300,44 @@ mod tests {
         let stats = optimizer.cache_stats();
         assert!(stats.hits > stats.misses, "{stats:?}");
         assert_eq!(stats.front_truncations, 0);
+    }
+
+    /// A move's payback stays in view however often the host plans: the
+    /// smallest speed-up worth a repartition on a steady fleet is about the
+    /// same at 30 s intervals as at one minute with the terminal floor, and
+    /// far larger with horizons alone (which halve the terminal time).
+    #[test]
+    fn the_terminal_floor_keeps_a_move_s_payback_in_view_at_short_intervals() {
+        let smallest_gain_taken = |interval_ms: u64, min_terminal_ms: f64| {
+            (0..400)
+                .map(|i| 0.001 * 1.02f64.powi(i))
+                .find(|gain| {
+                    let profile = toy_profile(&[(1, 2, 10.0), (1, 3, 10.0 * (1.0 + gain))], 0.0);
+                    let r = request(&profile, &[3; 8], 3, Some(ParallelConfig::new(1, 2)), interval_ms);
+                    let mut optimizer =
+                        Liveput { terminal_horizons: 6.0, min_terminal_ms, ..Liveput::default() };
+                    optimizer.optimize(&r).unwrap().steps[0].config == Some(ParallelConfig::new(1, 3))
+                })
+                .expect("a large enough speed-up is worth the move")
+        };
+        let floor = 48.0 * 60_000.0;
+        let minute = smallest_gain_taken(60_000, floor);
+        assert_eq!(
+            minute,
+            smallest_gain_taken(60_000, 0.0),
+            "at one minute the floor is the horizons' own time"
+        );
+        let (floored, horizons_alone) =
+            (smallest_gain_taken(30_000, floor), smallest_gain_taken(30_000, 0.0));
+        assert!(floored <= 1.1 * minute, "30 s with the floor: {floored} against {minute} at one minute");
+        assert!(horizons_alone > 1.5 * minute, "30 s with horizons alone: {horizons_alone} against {minute}");
+        let liveput = Liveput { terminal_horizons: 6.0, min_terminal_ms: floor, ..Liveput::default() };
+        assert_eq!(liveput.terminal_ms(8, 120_000), 96.0 * 60_000.0, "longer intervals keep their horizons");
+        assert_eq!(
+            Liveput { terminal_horizons: 0.0, ..liveput }.terminal_ms(8, 30_000),
+            0.0,
+            "no terminal value: no floor"
+        );
     }
 
     /// With a deference margin, the optimizer takes reactive's layout when the
