@@ -91,7 +91,8 @@ impl Default for ChurnEstimator {
     }
 }
 
-/// The interval length the prior and the half-life are stated in
+/// One minute: the interval length the prior and the half-life are stated in,
+/// and the unit of the default policy's other times
 /// ([`ChurnEstimator::for_interval`] restates them for another).
 pub const STATED_INTERVAL_MS: u64 = 60_000;
 

@@ -111,8 +111,8 @@ impl GuardSettings {
     /// bit for bit what the host keeps. At least 0 (an interval longer than
     /// the window forgets everything before it).
     pub fn keep_per_interval(&self, interval_ms: u64) -> f64 {
-        let minutes = interval_ms as f64 / 60_000.0;
-        (1.0 - minutes / self.window_minutes.max(minutes).max(1.0)).max(0.0)
+        let minutes = interval_ms as f64 / crate::churn::STATED_INTERVAL_MS as f64;
+        (1.0 - minutes / self.window_minutes).max(0.0)
     }
 }
 

@@ -91,7 +91,7 @@ pub const DEFAULT_TERMINAL_HORIZONS: f64 = 6.0;
 /// cases behind the best baseline or peer at 30 s intervals against 2 at one
 /// minute; with the floor, 1. Longer intervals keep their longer terminal time
 /// (at 2 minutes, 48 minutes instead of 96 left 5 behind against 1).
-pub const DEFAULT_MIN_TERMINAL_MS: f64 = 48.0 * 60_000.0;
+pub const DEFAULT_MIN_TERMINAL_MS: f64 = 48.0 * crate::churn::STATED_INTERVAL_MS as f64;
 
 impl Default for RobustLiveput {
     /// ARIMA, the default churn estimator, and the liveput program with a
