@@ -6,5 +6,6 @@ set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 scripts/setup.sh
+echo "test: setup took $SECONDS s"
 export PARCAE_VENV="$REPO/.venv"
 cargo test --workspace --all-targets --locked "$@"
