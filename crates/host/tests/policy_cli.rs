@@ -163,11 +163,8 @@ fn scaffold_build_check_bench(lang: &str, env: &[(&str, String)]) {
     let built = Instant::now();
     let mut build = Command::new("bash");
     build.arg(project.join("build.sh")).current_dir(&dir);
-    // The test's own cargo settings must not reach a nested build.
-    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_MAKEFLAGS", "MAKEFLAGS"]
-    {
-        build.env_remove(var);
-    }
+    // The test's own cargo settings must not reach the nested guest build.
+    parcae_wasm_build::without_outer_build(&mut build);
     build.envs(env.iter().map(|(k, v)| (k, v)));
     let output = build.output().expect("running build.sh");
     assert!(

@@ -32,14 +32,7 @@ pub fn binaries() -> (PathBuf, PathBuf) {
     let release = dir.file_name().is_some_and(|n| n == "release");
     let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cargo.args(["build", "--quiet", "-p", "parcae-host", "-p", "parcae-worker"]);
-    // Cargo gives this test its package's variables; a build script that watches one
-    // (ring's watches CARGO_MANIFEST_DIR and OUT_DIR) would see it changed and rebuild the TLS
-    // stack and both binaries, a minute of every CI run, so the nested build gets none.
-    for (var, _) in std::env::vars_os() {
-        if var.to_str().is_some_and(|v| NESTED_BUILD_DROPS.iter().any(|p| v.starts_with(p))) {
-            cargo.env_remove(var);
-        }
-    }
+    parcae_wasm_build::without_package_vars(&mut cargo);
     if release {
         cargo.arg("--release");
     }
@@ -47,19 +40,6 @@ pub fn binaries() -> (PathBuf, PathBuf) {
     assert!(status.success(), "building parcae-host and parcae-worker failed");
     (dir.join("parcae-host"), dir.join("parcae-worker"))
 }
-
-/// Variables cargo sets for a test process (by prefix) that a nested `cargo build`
-/// must not inherit.
-const NESTED_BUILD_DROPS: &[&str] = &[
-    "CARGO_MANIFEST_",
-    "CARGO_PKG_",
-    "CARGO_CFG_",
-    "CARGO_BIN_",
-    "CARGO_CRATE_NAME",
-    "CARGO_PRIMARY_PACKAGE",
-    "CARGO_TARGET_TMPDIR",
-    "OUT_DIR",
-];
 
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
