@@ -47,6 +47,10 @@ const SCRIPT: &str = r#"[
   {"dp": 1, "tp": 4, "pp": 1, "batch": 4}
 ]"#;
 
+/// Clients sending concurrently: as many as the slots of dp2 x batch 4 (twice dp1's), so a
+/// batch that drains finds the next one waiting and most changes find requests in flight.
+const CLIENTS: u64 = 8;
+
 #[derive(Debug, Clone)]
 struct Done {
     prompt: Vec<i64>,
@@ -76,7 +80,7 @@ fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
     let stop = Arc::new(AtomicBool::new(false));
     let done: Arc<Mutex<Vec<Done>>> = Arc::default();
     let errors: Arc<Mutex<Vec<String>>> = Arc::default();
-    let clients: Vec<_> = (0..4)
+    let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
             let (stop, done, errors) = (stop.clone(), done.clone(), errors.clone());
             std::thread::spawn(move || {
@@ -84,9 +88,9 @@ fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
                     // Prompts of 3..8 tokens, 18..24 new tokens: long enough to be cut mid-way.
-                    let len = 3 + ((c as u64 * 7 + i * 3) % 6) as usize;
+                    let len = 3 + ((c * 7 + i * 3) % 6) as usize;
                     let prompt: Vec<i64> =
-                        (0..len).map(|k| ((c as u64 * 31 + i * 17 + k as u64 * 5) % 64) as i64).collect();
+                        (0..len).map(|k| ((c * 31 + i * 17 + k as u64 * 5) % 64) as i64).collect();
                     let max_tokens = (18 + (i % 7) as usize).min(32 - len);
                     let body = serde_json::json!({"prompt": prompt, "max_tokens": max_tokens}).to_string();
                     match post(addr, "/v1/completions", &body) {
@@ -132,7 +136,7 @@ fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
     let engine = &report[0]["engine"];
     println!(
         "{}",
-        serde_json::to_string_pretty(engine).unwrap().lines().take(40).collect::<Vec<_>>().join("\n")
+        serde_json::to_string_pretty(engine).unwrap().lines().take(12).collect::<Vec<_>>().join("\n")
     );
 
     // Every completed request's tokens are the uninterrupted single-process generation's.
@@ -161,27 +165,43 @@ fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
     assert!(causes["notice"].as_u64().unwrap_or(0) >= 1, "no reconfiguration on the notice: {causes}");
     assert!(causes["loss"].as_u64().unwrap_or(0) >= 1, "no reconfiguration on the kill: {causes}");
     let configurations = engine["configurations"].as_array().unwrap();
+    for c in configurations {
+        println!(
+            "{:>7.2} s {:<8} {:<12} migrated {} kept {} interrupted {}",
+            c["at_s"].as_f64().unwrap(),
+            c["cause"].as_str().unwrap(),
+            c["shape"].as_str().unwrap(),
+            c["migrated"],
+            c["kept"],
+            c["interrupted"]
+        );
+    }
     let shapes: Vec<&str> = configurations.iter().map(|c| c["shape"].as_str().unwrap()).collect();
     for shape in ["dp1xtp1xpp1", "dp2xtp1xpp1", "dp1xtp2xpp1", "dp1xtp2xpp2", "dp2xtp1xpp2", "dp1xtp4xpp1"] {
         assert!(shapes.contains(&shape), "{shape} never served: {shapes:?}");
     }
     // Requests were cut mid-generation and resumed at their next token elsewhere in the
-    // dp, tp and pp changes alike (each change with requests in flight moved some).
+    // tp, pp and dp+pp changes alike: no replica keeps its workers' shards across a tp or
+    // pp change, so each such change that caught requests with a cache moved them. A
+    // replica takes a new batch only once its last one drained, so a change that lands in
+    // that gap (one iteration) catches nothing; a quorum of 3 of the 4 allows for one.
+    // (The dp growth to dp2 keeps its batch in place, so it is not among them.)
+    let field = |c: &serde_json::Value, f: &str| c[f].as_u64().unwrap();
+    let reshards = ["dp1xtp2xpp1", "dp1xtp2xpp2", "dp2xtp1xpp2", "dp1xtp4xpp1"];
     let moved_into = |shape: &str| {
         configurations
             .iter()
             .filter(|c| c["shape"] == shape && c["cause"] == "interval")
-            .map(|c| c["migrated"].as_u64().unwrap())
+            .map(|c| field(c, "migrated"))
             .sum::<u64>()
     };
-    let changes = ["dp2xtp1xpp1", "dp1xtp2xpp1", "dp1xtp2xpp2", "dp2xtp1xpp2", "dp1xtp4xpp1"];
-    let with_migration = changes.iter().filter(|s| moved_into(s) > 0).count();
-    assert!(with_migration >= 4, "too few changes moved requests in flight: {configurations:?}");
+    let with_migration = reshards.iter().filter(|s| moved_into(s) > 0).count();
+    assert!(with_migration >= 3, "too few changes moved requests in flight: {configurations:?}");
     // The notice and the kill caught requests in flight too.
     let caught: u64 = configurations
         .iter()
         .filter(|c| c["cause"] == "notice" || c["cause"] == "loss")
-        .map(|c| ["migrated", "kept", "interrupted"].iter().map(|f| c[*f].as_u64().unwrap()).sum::<u64>())
+        .map(|c| field(c, "migrated") + field(c, "kept") + field(c, "interrupted"))
         .sum();
     assert!(caught > 0, "the notice and the kill found no request in flight: {configurations:?}");
     println!("{} requests, all identical to the uninterrupted generation", done.len());
