@@ -81,6 +81,8 @@ struct Setting {
     /// How many standard deviations below the churn estimate the planner's
     /// edge over reactive must also hold (0: at the estimate alone).
     sigmas: f64,
+    /// Whether the real job is judged only over the planner's current tenure.
+    tenure: bool,
 }
 
 impl Setting {
@@ -97,6 +99,7 @@ impl Setting {
             max_burst: d.planner.estimator.max_extra,
             only_moves: d.planner.optimizer.defer_only_moves,
             sigmas: d.planner.defer_sigmas,
+            tenure: d.settings.tenure_regret,
         }
     }
 
@@ -106,6 +109,7 @@ impl Setting {
             margin: self.margin,
             real_regret: self.real_regret,
             significance: self.significance,
+            tenure_regret: self.tenure,
             ..GuardSettings::default()
         });
         guarded.planner.optimizer.terminal_horizons = self.terminal;
@@ -123,7 +127,11 @@ impl Setting {
             "{}x, {}{}{}, {}, defer {}{}{}, bursts to {}",
             self.terminal,
             self.margin,
-            if self.real_regret { ", real" } else { "" },
+            match (self.real_regret, self.tenure) {
+                (true, true) => ", real per tenure",
+                (true, false) => ", real",
+                _ => "",
+            },
             if self.significance > 0.0 { format!(" and {} sd", self.significance) } else { String::new() },
             self.forecast.as_str(),
             self.defer,
@@ -135,7 +143,7 @@ impl Setting {
 }
 
 /// A grid setting; every row keeps the real job's regret on (off lost in
-/// earlier selections).
+/// earlier selections), judged per tenure as the default judges it.
 const fn setting(
     terminal: f64,
     margin: f64,
@@ -153,6 +161,7 @@ const fn setting(
         max_burst,
         only_moves: false,
         sigmas: 0.0,
+        tenure: true,
     }
 }
 
@@ -168,6 +177,13 @@ const fn significant(setting: Setting, significance: f64) -> Setting {
     Setting { significance, ..setting }
 }
 
+/// [`setting`] whose guard judges the real job over the whole run (its
+/// deficit from a hand-over's own migration only decays), as the default
+/// did before the per-tenure regret.
+const fn over_the_run(setting: Setting) -> Setting {
+    Setting { tenure: false, ..setting }
+}
+
 /// [`setting`] deferring only where the planner's best plan moves.
 const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
@@ -175,7 +191,8 @@ const fn of_moves(setting: Setting) -> Setting {
 
 /// The grid the held-out selection chooses from: the default (deference at
 /// the churn estimate, and for the planner's own moves one standard deviation
-/// below it); deference at the estimate alone and two deviations below; the
+/// below it; the real job judged per tenure), and it with the real job judged
+/// over the whole run; deference at the estimate alone and two deviations below; the
 /// guard acting only on leads beyond two standard deviations of the score
 /// difference's noise, with deference at one deviation and at the estimate;
 /// deference only where the planner's own plan moves (it never makes the job
@@ -186,8 +203,9 @@ const fn of_moves(setting: Setting) -> Setting {
 /// error, the guard without the real job's regret, a one-horizon terminal
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
-const GRID: [Setting; 12] = [
+const GRID: [Setting; 13] = [
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+    over_the_run(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0)),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 2.0),
     significant(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 2.0),
