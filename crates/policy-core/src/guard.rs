@@ -208,9 +208,9 @@ struct PendingInterval {
     before: u32,
     /// What the reactive shadow earned in it (`None`: not scorable).
     reactive: Option<f64>,
-    /// Whether it counts toward the real job's regret
-    /// ([`GuardSettings::tenure_regret`]): set once the leader that decided
-    /// what ran after it is known.
+    /// Whether it counts toward the real job's regret: always, unless judged
+    /// per tenure ([`GuardSettings::tenure_regret`]), where the interval a
+    /// switch migrates in and reactive's intervals do not.
     counts: bool,
 }
 
@@ -414,28 +414,19 @@ impl GuardedLiveput {
             self.real_gap *= keep;
             self.real_variance *= keep * keep;
             match (real, pending.reactive) {
-                (Ok(value), Some(reactive)) if pending.counts => {
-                    self.real.score += value.expected_samples;
+                (Ok(value), reactive) => {
                     self.real.carried_ms = value.expected_leftover_ms;
-                    self.real_gap += value.expected_samples - reactive;
-                    self.real_variance += (value.expected_samples - reactive).powi(2);
+                    if let Some(reactive) = reactive {
+                        self.real.score += value.expected_samples;
+                        if pending.counts {
+                            self.real_gap += value.expected_samples - reactive;
+                            self.real_variance += (value.expected_samples - reactive).powi(2);
+                        }
+                    }
                 }
-                (Ok(value), Some(_)) => {
-                    self.real.score += value.expected_samples;
-                    self.real.carried_ms = value.expected_leftover_ms;
-                }
-                (Ok(value), None) => self.real.carried_ms = value.expected_leftover_ms,
                 (Err(_), _) => self.real.carried_ms = 0.0,
             }
         }
-        self.pending = Some(PendingInterval {
-            stats: observed,
-            profile: request.profile.clone(),
-            from: request.current,
-            before,
-            reactive: values[Candidate::Reactive as usize].filter(|_| scorable).map(|v| v.expected_samples),
-            counts: true,
-        });
         self.lead_variance *= keep * keep;
         if let [Some(planner), Some(reactive)] = values[..] {
             self.lead_variance += (planner.expected_samples - reactive.expected_samples).powi(2);
@@ -460,16 +451,19 @@ impl GuardedLiveput {
         };
         // Per tenure: each leader starts with a clean slate, and only the
         // planner's own intervals after its switch count against it.
-        if self.settings.tenure_regret {
-            let switched = self.leader != was;
-            if switched {
-                self.real_gap = 0.0;
-                self.real_variance = 0.0;
-            }
-            if let Some(pending) = &mut self.pending {
-                pending.counts = !switched && self.leader == Candidate::Planner;
-            }
+        let switched = self.leader != was;
+        if self.settings.tenure_regret && switched {
+            self.real_gap = 0.0;
+            self.real_variance = 0.0;
         }
+        self.pending = Some(PendingInterval {
+            stats: observed,
+            profile: request.profile.clone(),
+            from: request.current,
+            before,
+            reactive: values[Candidate::Reactive as usize].filter(|_| scorable).map(|v| v.expected_samples),
+            counts: !self.settings.tenure_regret || (!switched && self.leader == Candidate::Planner),
+        });
         Ok(())
     }
 }
@@ -714,9 +708,16 @@ mod tests {
         assert!(whole_run.real_gap < 0.0);
         // Per tenure the slate was cleaned at the hand-over and reactive's own
         // intervals do not count: the shadow's lead brings the planner back.
-        let tenure = after_hand_over(settings);
+        let mut tenure = after_hand_over(settings);
         assert_eq!(tenure.leader(), Candidate::Planner);
         assert_eq!(tenure.real_gap, 0.0);
+        // The interval its switch back migrates in is left out of its regret
+        // (so is every interval while reactive led); the next one counts.
+        assert!(!tenure.pending.as_ref().unwrap().counts, "the switch's interval counts");
+        next(&mut tenure);
+        assert_eq!(tenure.leader(), Candidate::Planner);
+        assert!(tenure.pending.as_ref().unwrap().counts, "the planner's own interval left out");
+        assert!(whole_run.pending.as_ref().unwrap().counts, "over the run every interval counts");
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use std::path::Path;
 
 use parcae_policy_core::ParallelConfig;
-use parcae_policy_core::guard::GuardedLiveput;
+use parcae_policy_core::guard::{DEFAULT_DEFER_SIGMAS, DEFAULT_GUARD_SIGNIFICANCE, GuardedLiveput};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
 use parcae_sim::{MigrationMode, Prices, drive_native, oracle_under, reactive, simulate_under};
@@ -27,25 +27,35 @@ use parcae_traces::synth::SynthSpec;
 
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
-/// `(name, the check's standard deviations, the guard's significance,
-/// whether it judges the real job per tenure)`: the default, the check off,
-/// the check off under a guard that needs two standard deviations, and the
-/// default judging the real job over the whole run.
-const SETTINGS: [(&str, f64, f64, bool); 4] = [
-    (
-        "default",
-        parcae_policy_core::guard::DEFAULT_DEFER_SIGMAS,
-        parcae_policy_core::guard::DEFAULT_GUARD_SIGNIFICANCE,
-        true,
-    ),
-    ("at the estimate", 0.0, parcae_policy_core::guard::DEFAULT_GUARD_SIGNIFICANCE, true),
-    ("at the estimate, guard 2 sd", 0.0, 2.0, true),
-    (
-        "real regret over the run",
-        parcae_policy_core::guard::DEFAULT_DEFER_SIGMAS,
-        parcae_policy_core::guard::DEFAULT_GUARD_SIGNIFICANCE,
-        false,
-    ),
+/// One variant of the default policy the draws score.
+#[derive(Clone, Copy)]
+struct Variant {
+    name: &'static str,
+    /// The low-end check's standard deviations (`RobustLiveput::defer_sigmas`).
+    sigmas: f64,
+    /// The guard's significance (`GuardSettings::significance`).
+    significance: f64,
+    /// Whether the guard judges the real job per tenure (`GuardSettings::tenure_regret`).
+    tenure: bool,
+}
+
+/// The default, the check off, the check off under a guard that needs two
+/// standard deviations, and the default judging the real job over the whole run.
+const SETTINGS: [Variant; 4] = [
+    Variant {
+        name: "default",
+        sigmas: DEFAULT_DEFER_SIGMAS,
+        significance: DEFAULT_GUARD_SIGNIFICANCE,
+        tenure: true,
+    },
+    Variant { name: "at the estimate", sigmas: 0.0, significance: DEFAULT_GUARD_SIGNIFICANCE, tenure: true },
+    Variant { name: "at the estimate, guard 2 sd", sigmas: 0.0, significance: 2.0, tenure: true },
+    Variant {
+        name: "real regret over the run",
+        sigmas: DEFAULT_DEFER_SIGMAS,
+        significance: DEFAULT_GUARD_SIGNIFICANCE,
+        tenure: false,
+    },
 ];
 
 fn main() {
@@ -92,25 +102,26 @@ fn main() {
         let oracle = score(&oracle_under(&system, &series, INTERVAL_MS, recovery).expect("the Oracle plans"));
         let baseline = score(&reactive(&system, &series));
         let mut line = format!("{family} seed {seed} {model}: reactive {:.2}%", 100.0 * baseline / oracle);
-        for (i, (name, sigmas, significance, tenure)) in SETTINGS.into_iter().enumerate() {
+        for (i, variant) in SETTINGS.into_iter().enumerate() {
             let mut policy = GuardedLiveput::default();
-            policy.planner.defer_sigmas = sigmas;
-            policy.settings.significance = significance;
-            policy.settings.tenure_regret = tenure;
+            policy.planner.defer_sigmas = variant.sigmas;
+            policy.settings.significance = variant.significance;
+            policy.settings.tenure_regret = variant.tenure;
             let decisions = drive_native(&mut policy, &series, &system, recovery, INTERVAL_MS, HORIZON)
                 .expect("the native policy does not fail on a profiled model");
             let samples = score(&decisions);
             shares[i].push(100.0 * samples / oracle);
             behind[i] += usize::from(samples < baseline);
             line += &format!(
-                " | {name}: {:.2}% ({:.4} of reactive)",
+                " | {}: {:.2}% ({:.4} of reactive)",
+                variant.name,
                 100.0 * samples / oracle,
                 samples / baseline
             );
         }
         println!("{line}");
     }
-    for (i, (name, _, _, _)) in SETTINGS.into_iter().enumerate() {
+    for (i, Variant { name, .. }) in SETTINGS.into_iter().enumerate() {
         let s = &shares[i];
         let mean = s.iter().sum::<f64>() / s.len().max(1) as f64;
         let lowest = s.iter().copied().fold(f64::INFINITY, f64::min);
