@@ -197,7 +197,9 @@ fn greedy_tokens_survive_every_reparallelization_notice_and_kill() {
     };
     let with_migration = reshards.iter().filter(|s| moved_into(s) > 0).count();
     assert!(with_migration >= 3, "too few changes moved requests in flight: {configurations:?}");
-    // The notice and the kill caught requests in flight too.
+    // The notice and the kill caught requests in flight too (the notice's migration starts
+    // an iteration early, so requests with caches move; the kill's failed iteration counts
+    // as its loss).
     let caught: u64 = configurations
         .iter()
         .filter(|c| c["cause"] == "notice" || c["cause"] == "loss")

@@ -9,11 +9,11 @@
 //!
 //! Recovery ([`RecoveryMode`]) decides what a reconfiguration does to requests in flight:
 //! - **token** (SpotServe's): on a notice the replicas keep decoding until the notice's
-//!   end minus the expected migration time, then every request's generated tokens stay
-//!   with the host and its KV cache moves, piece by piece ([`placement`]), to the replica
-//!   that holds most of it already; it resumes at the next token. A request whose cache was
-//!   on a worker that died without notice recomputes it from its prompt and the tokens it
-//!   already has.
+//!   end minus the expected migration time and one iteration, then every request's
+//!   generated tokens stay with the host and its KV cache moves, piece by piece
+//!   ([`placement`]), to the replica that holds most of it already; it resumes at the next
+//!   token. A request whose cache was on a worker that died without notice recomputes it
+//!   from its prompt and the tokens it already has.
 //! - **restart**: the same configurations, but every interrupted request starts over from
 //!   its prompt (tokens already streamed are not sent twice).
 //! - **reroute**: the first configuration's tensor and pipeline shape is kept; a replica that
@@ -245,7 +245,8 @@ pub struct ConfigurationRecord {
     pub migrated: u64,
     /// Requests in flight that kept their cache in place (their replica did not change).
     pub kept: u64,
-    /// Requests in flight that lost their cache (recomputed or started over).
+    /// Requests in flight that lost their cache (recomputed or started over); a loss also
+    /// counts those whose iteration failed when the worker died under them.
     pub interrupted: u64,
     /// KV bytes sent between workers.
     pub kv_bytes: u64,
@@ -315,6 +316,13 @@ pub struct Engine<'a> {
     deadlines: BTreeMap<WorkerId, Instant>,
     /// Expected duration of a migration (the last one's, with a margin).
     migration_estimate: Duration,
+    /// Wall times of the last iterations: a notice's migration must start one iteration
+    /// (the slowest seen lately) before it is due, or the kill lands mid-iteration and the
+    /// caches it was to move are lost.
+    recent_iterations: VecDeque<Duration>,
+    /// Requests in flight whose iteration failed since the last configuration record: a
+    /// worker that died mid-iteration shows there first, so the loss that follows counts them.
+    failed_in_flight: u64,
     /// Workers available at the last decision (a paused engine retries when it changes).
     last_available: usize,
     /// Arrivals per interval (the rate the policy sees).
@@ -325,6 +333,9 @@ pub struct Engine<'a> {
 
 /// The least time kept for a migration at the end of a notice.
 const MIN_MIGRATION: Duration = Duration::from_millis(150);
+
+/// Iterations whose slowest sets the margin kept before a notice's migration.
+const RECENT_ITERATIONS: usize = 16;
 
 impl<'a> Engine<'a> {
     /// An engine over `fleet`, reporting its state on `status`.
@@ -342,6 +353,8 @@ impl<'a> Engine<'a> {
             iteration: 0,
             deadlines: BTreeMap::new(),
             migration_estimate: MIN_MIGRATION * 2,
+            recent_iterations: VecDeque::new(),
+            failed_in_flight: 0,
             last_available: 0,
             arrivals_per_interval: Vec::new(),
             start: Instant::now(),
@@ -398,10 +411,12 @@ impl<'a> Engine<'a> {
             //    forces (or a fleet that grew while paused).
             let k = self.interval_now();
             let available = self.fleet.available().len();
+            // Migrate when the next iteration could no longer finish before the migration
+            // must start.
+            let margin =
+                self.migration_estimate + self.recent_iterations.iter().max().copied().unwrap_or_default();
             let doomed = self.placement.as_ref().is_some_and(|p| {
-                p.slots
-                    .keys()
-                    .any(|w| self.deadlines.get(w).is_some_and(|d| now + self.migration_estimate >= *d))
+                p.slots.keys().any(|w| self.deadlines.get(w).is_some_and(|d| now + margin >= *d))
             });
             let broken = lost
                 && self.placement.as_ref().is_some_and(|p| p.slots.keys().any(|w| !self.fleet.is_alive(*w)));
@@ -788,6 +803,10 @@ impl<'a> Engine<'a> {
 
     fn note(&mut self, mut record: ConfigurationRecord) {
         record.at_s = self.elapsed_s();
+        if record.cause == "loss" {
+            record.interrupted += self.failed_in_flight;
+        }
+        self.failed_in_flight = 0;
         self.stats.reconfigure_ms += record.millis;
         *self.stats.reconfigurations.entry(record.cause.clone()).or_default() += 1;
         info!(
@@ -1039,6 +1058,7 @@ impl<'a> Engine<'a> {
                 _ => {
                     // The replica's caches may be half-updated: every request recomputes.
                     self.stats.failed_iterations += 1;
+                    self.failed_in_flight += replica.batch.len() as u64;
                     any_failed = true;
                     for q in replica.batch.iter_mut() {
                         q.interrupt(mode == RecoveryMode::Token, &mut self.stats);
@@ -1095,6 +1115,10 @@ impl<'a> Engine<'a> {
         // A failed iteration times the failure, not the model: it is no profile data.
         if !any_failed {
             self.stats.iteration_times.record(key, started.elapsed().as_secs_f64() * 1000.0, worker_ms);
+            if self.recent_iterations.len() == RECENT_ITERATIONS {
+                self.recent_iterations.pop_front();
+            }
+            self.recent_iterations.push_back(started.elapsed());
         }
     }
 }
