@@ -412,12 +412,14 @@ impl<'a> Engine<'a> {
             let k = self.interval_now();
             let available = self.fleet.available().len();
             // Migrate when the next iteration could no longer finish before the migration
-            // must start.
-            let margin =
-                self.migration_estimate + self.recent_iterations.iter().max().copied().unwrap_or_default();
-            let doomed = self.placement.as_ref().is_some_and(|p| {
-                p.slots.keys().any(|w| self.deadlines.get(w).is_some_and(|d| now + margin >= *d))
-            });
+            // must start (the margin is only worked out while a notice is pending).
+            let doomed = !self.deadlines.is_empty() && {
+                let slowest = self.recent_iterations.iter().max().copied().unwrap_or_default();
+                let margin = self.migration_estimate + slowest;
+                self.placement.as_ref().is_some_and(|p| {
+                    p.slots.keys().any(|w| self.deadlines.get(w).is_some_and(|d| now + margin >= *d))
+                })
+            };
             let broken = lost
                 && self.placement.as_ref().is_some_and(|p| p.slots.keys().any(|w| !self.fleet.is_alive(*w)));
             let regrown = self.placement.is_none() && available != self.last_available;
@@ -1114,11 +1116,12 @@ impl<'a> Engine<'a> {
         }
         // A failed iteration times the failure, not the model: it is no profile data.
         if !any_failed {
-            self.stats.iteration_times.record(key, started.elapsed().as_secs_f64() * 1000.0, worker_ms);
+            let took = started.elapsed();
+            self.stats.iteration_times.record(key, took.as_secs_f64() * 1000.0, worker_ms);
             if self.recent_iterations.len() == RECENT_ITERATIONS {
                 self.recent_iterations.pop_front();
             }
-            self.recent_iterations.push_back(started.elapsed());
+            self.recent_iterations.push_back(took);
         }
     }
 }
