@@ -310,7 +310,7 @@ pub struct NoticeArgs {
     /// Seconds of warning before a preemption (0: unannounced). Default: by
     /// the trace's cloud, read from its path (`aws`: 120, `gcp`/`google` or
     /// `azure`: 30), else 30, the shortest notice the three clouds give.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub notice_seconds: Option<f64>,
 }
 

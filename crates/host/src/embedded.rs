@@ -153,10 +153,32 @@ pub const PEER_CONSTANTS: (&str, &str) =
 /// The trace at `path` (in `format`, or detected), or the demo trace when
 /// no path is given.
 pub fn trace_or_demo(path: Option<&Path>, format: Option<Format>) -> Result<Trace, TraceError> {
-    match (path, format) {
+    let trace = match (path, format) {
         (Some(path), Some(format)) => parcae_traces::load_as(path, format),
         (Some(path), None) => parcae_traces::load(path),
         (None, format) => parcae_traces::parse(Path::new(DEMO_TRACE.0), DEMO_TRACE.1.as_bytes(), format),
+    }?;
+    warn_if_seconds(&trace);
+    Ok(trace)
+}
+
+/// Whether `trace` has events at more than one time, all within a minute.
+fn spans_under_a_minute(trace: &Trace) -> bool {
+    let first = trace.events().first().map(|e| e.t_ms);
+    trace.events().iter().any(|e| Some(e.t_ms) != first) && trace.end_ms() < 60_000
+}
+
+/// Warns when a trace's events span less than a minute: every published trace
+/// spans hours, and times in seconds read as milliseconds (the formats'
+/// unit) shrink a day to under 90 s, which would then be scored as one or
+/// two intervals without any error.
+fn warn_if_seconds(trace: &Trace) {
+    if spans_under_a_minute(trace) {
+        tracing::warn!(
+            trace = %trace.source().display(),
+            span_ms = trace.end_ms(),
+            "the trace's events span under a minute; its times are read as milliseconds (were they seconds? multiply them by 1000)"
+        );
     }
 }
 
@@ -191,5 +213,20 @@ pub fn trace_or(
     match path {
         Some(_) => trace_or_demo(path, format),
         None => parcae_traces::parse(Path::new(fallback.0), fallback.1.as_bytes(), format),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A day in seconds read as milliseconds spans 86 s of events at most; the
+    /// demo trace and a single instant are not flagged.
+    #[test]
+    fn times_in_seconds_are_flagged() {
+        let parse = |text: &str| parcae_traces::parse(Path::new("t.csv"), text.as_bytes(), None).unwrap();
+        assert!(spans_under_a_minute(&parse("0,add,a\n60,add,b\n3600,remove,a\n")));
+        assert!(!spans_under_a_minute(&parse("0,add,a\n0,add,b\n")));
+        assert!(!spans_under_a_minute(&trace_or_demo(None, None).unwrap()));
     }
 }

@@ -7,7 +7,7 @@ fn main() -> std::process::ExitCode {
     match parcae_host::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", parcae_logging::error_line(error.as_ref()));
             std::process::ExitCode::FAILURE
         }
     }

@@ -94,9 +94,56 @@ pub fn init(options: LogOptions, default_level: &str) {
     };
 }
 
+/// One line for a person: `error` and each of its causes joined by `": "`, leaving out a
+/// cause whose text the line already holds. Many of the workspace's errors print their
+/// source in their own message (so that `to_string()` alone says why), and walking the
+/// chain as well would say it twice ("cannot read trace: No such file or directory (os
+/// error 2): No such file or directory (os error 2)").
+pub fn error_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        let text = next.to_string();
+        if !text.is_empty() && !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = next.source();
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error whose message may or may not repeat its source's.
+    #[derive(Debug)]
+    struct Outer {
+        message: String,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.message)
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let repeats = Outer { message: "t.csv: cannot read trace: no such file".into(), source: io() };
+        assert_eq!(error_line(&repeats), "t.csv: cannot read trace: no such file");
+        let terse = Outer { message: "t.csv: cannot read trace".into(), source: io() };
+        assert_eq!(error_line(&terse), "t.csv: cannot read trace: no such file");
+    }
 
     #[test]
     fn verbose_raises_only_the_projects_targets() {

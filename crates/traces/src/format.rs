@@ -14,10 +14,11 @@ use crate::error::UnknownFormat;
 /// `.txt` files). Pass a `Format` to [`crate::load_as`] to skip detection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
-    /// `t_ms,add|remove,node` rows, sorted by time; optional `t_ms,op,node` header.
+    /// `t_ms,add|remove,node` rows, sorted by time; an optional header row
+    /// (`t_ms,op,node` or any other column names).
     /// The canonical format ([`crate::write_events_csv`] writes it).
     EventsCsv,
-    /// `t_ms,count_after_event` rows, sorted by time; optional header.
+    /// `t_ms,count_after_event` rows, sorted by time; an optional header row.
     CountsCsv,
     /// JSON lines `[t_ms, "add"|"remove"|"no-op"|"migration", {nodes, duration, *_strategy}]`
     /// (the Parcae artifact's one-hour replay segments).
@@ -27,7 +28,7 @@ pub enum Format {
     DecisionsJson,
     /// `{"metadata": {"gap_seconds": g}, "data": [count, ...]}` (one count per tick).
     TicksJson,
-    /// `YYYY-MM-DD, HH:MM:SS, N` rows, possibly unsorted.
+    /// `YYYY-MM-DD, HH:MM:SS, N` rows, possibly unsorted; an optional header row.
     TimestampedCounts,
 }
 
@@ -100,7 +101,8 @@ pub(crate) enum Detected {
 ///   anything else starts a JSON-lines segment row.
 /// * Otherwise the first data line (blank and `#` lines skipped) decides:
 ///   a `YYYY-MM-DD` first field means timestamped counts, three fields
-///   means events, two fields means counts (headers `t_ms,...` included).
+///   means events, two fields means counts; a header row (column names,
+///   `parse::header_row`) is passed over.
 pub(crate) fn detect(text: &str) -> Detected {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') {
@@ -112,10 +114,19 @@ pub(crate) fn detect(text: &str) -> Detected {
             Some(_) => Detected::Found(Format::SegmentsJsonl),
         };
     }
-    let Some((line_no, line)) = crate::parse::data_lines(text).next() else {
+    let mut rows = crate::parse::data_lines(text)
+        .map(|(line_no, line)| (line_no, line.split(',').map(str::trim).collect::<Vec<&str>>()));
+    let Some(mut row) = rows.next() else {
         return Detected::Empty;
     };
-    let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+    // A header row's names say nothing about the data: the row after it
+    // decides (with none, its shape does, and the parser reports no rows).
+    if crate::parse::header_row(&row.1)
+        && let Some(next) = rows.next()
+    {
+        row = next;
+    }
+    let (line_no, fields) = row;
     if looks_like_date(fields[0]) {
         return Detected::Found(Format::TimestampedCounts);
     }
@@ -165,6 +176,11 @@ mod tests {
         assert_eq!(found(" [\n {\"interval\": [0,1,0]}]"), Some(Format::DecisionsJson));
         assert_eq!(found("{\"data\": []}"), Some(Format::TicksJson));
         assert!(matches!(detect("  \n# only\n"), Detected::Empty));
+        // Headers of any names: the row after decides.
+        assert_eq!(found("time,event,instance\n0,add,a\n"), Some(Format::EventsCsv));
+        assert_eq!(found("time_ms,instances\n0,3\n"), Some(Format::CountsCsv));
+        assert_eq!(found("date, time, count\n2023-01-02, 10:00:00, 3\n"), Some(Format::TimestampedCounts));
+        assert_eq!(found("t_ms,op,node\n"), Some(Format::EventsCsv));
         assert!(matches!(detect("1,2,3,4\n"), Detected::Unknown(1, _)));
     }
 }

@@ -252,10 +252,15 @@ fn parse_count(field: &str) -> Result<u64, String> {
     }
 }
 
-fn is_header(fields: &[&str], names: &[&[&str]]) -> bool {
-    names.iter().any(|want| {
-        want.len() == fields.len() && want.iter().zip(fields).all(|(w, f)| w.eq_ignore_ascii_case(f))
-    })
+/// Whether a first row names columns instead of holding data: every field
+/// begins with a letter (no timestamp, count or date does), as in `t_ms,op,node`,
+/// `time,event,instance` or `date, time, count`. Spreadsheets and pandas write
+/// one by default, whatever they call the columns. `abc,add,n1` is not one: an
+/// event row with a bad timestamp, which the parser reports as such.
+pub(crate) fn header_row(fields: &[&str]) -> bool {
+    let names = fields.iter().all(|f| f.bytes().next().is_some_and(|b| b.is_ascii_alphabetic()));
+    let event = matches!(fields, [_, "add" | "remove", _]);
+    names && !event
 }
 
 fn split_fields(line: &str) -> Vec<&str> {
@@ -267,7 +272,7 @@ fn events_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut b = Builder::new();
     for (i, (line_no, line)) in data_lines(text).enumerate() {
         let fields = split_fields(line);
-        if i == 0 && is_header(&fields, &[&["t_ms", "op", "node"]]) {
+        if i == 0 && header_row(&fields) {
             continue;
         }
         let [t, op, node] = fields.as_slice() else {
@@ -294,10 +299,9 @@ fn events_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
 fn counts_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut b = Builder::new();
     let mut last_row: Option<u64> = None;
-    let headers: &[&[&str]] = &[&["t_ms", "count_after_event"], &["t_ms", "count"]];
     for (i, (line_no, line)) in data_lines(text).enumerate() {
         let fields = split_fields(line);
-        if i == 0 && is_header(&fields, headers) {
+        if i == 0 && header_row(&fields) {
             continue;
         }
         let [t, count] = fields.as_slice() else {
@@ -624,8 +628,11 @@ fn ticks_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
 /// order and the last one wins) and time 0 is the earliest row.
 fn timestamped_counts(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut rows: Vec<(i64, u64, usize)> = Vec::new();
-    for (line_no, line) in data_lines(text) {
+    for (i, (line_no, line)) in data_lines(text).enumerate() {
         let fields = split_fields(line);
+        if i == 0 && header_row(&fields) {
+            continue;
+        }
         let [date, time, count] = fields.as_slice() else {
             return Err(ctx.at_line(
                 line_no,
@@ -690,6 +697,25 @@ mod tests {
         // 2 at 0 s, 3 at 60 s (+1), 1 at 180 s (-2).
         assert_eq!(times, vec![0, 0, 60_000, 180_000, 180_000]);
         assert_eq!(t.end_ms(), 180_000);
+    }
+
+    /// A first row of column names, whatever they are called, is passed over in
+    /// every CSV shape; a data row with a bad timestamp is not taken for one.
+    #[test]
+    fn header_rows_of_any_names_are_passed_over() {
+        let events = parse("time,event,instance\n0,add,a\n60000,remove,a\n", None).unwrap();
+        assert_eq!((events.format(), events.events().len()), (Format::EventsCsv, 2));
+        let counts = parse("time_ms,instances\n0,3\n60000,2\n", None).unwrap();
+        assert_eq!((counts.format(), counts.end_ms()), (Format::CountsCsv, 60_000));
+        let dated = parse("date, time, count\n2024-03-01, 00:00:00, 2\n", None).unwrap();
+        assert_eq!(dated.format(), Format::TimestampedCounts);
+        let bad = parse("abc,add,a\n", None).unwrap_err().to_string();
+        assert!(bad.contains("t.txt:1") && bad.contains("timestamp 'abc'"), "{bad}");
+        // Only the first row may be a header.
+        let late = parse("0,add,a\ntime,event,instance\n", None).unwrap_err().to_string();
+        assert!(late.contains("t.txt:2"), "{late}");
+        let only = parse("time,event,instance\n", None).unwrap_err().to_string();
+        assert!(only.contains("no event rows"), "{only}");
     }
 
     #[test]

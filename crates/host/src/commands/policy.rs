@@ -165,7 +165,7 @@ fn check(policies: &[String], sandbox: &SandboxArgs) -> anyhow::Result<()> {
             }
             Err(error) => {
                 failed += 1;
-                println!("{spec}: REJECTED: {error:#}");
+                println!("{spec}: REJECTED: {}", parcae_logging::error_line(error.as_ref()));
             }
         }
     }

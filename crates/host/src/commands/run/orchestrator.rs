@@ -392,11 +392,13 @@ pub async fn run_job(
                 Err(error) => {
                     failures_in_a_row += 1;
                     warn!(%error, "reconfiguration failed; retrying with the workers left");
-                    log.event(RunEvent::Failure { what: format!("reconfigure: {error:#}") });
+                    log.event(RunEvent::Failure {
+                        what: format!("reconfigure: {}", parcae_logging::error_line(error.as_ref())),
+                    });
                     if failures_in_a_row >= 5 {
                         return Err(RunError::ReconfigureExhausted {
                             attempts: failures_in_a_row,
-                            last: format!("{error:#}"),
+                            last: parcae_logging::error_line(error.as_ref()),
                         }
                         .into());
                     }
@@ -586,7 +588,9 @@ async fn save_stranded_state(
         write_checkpoint(settings, fleet, job, &writers, CheckpointReason::Emergency, timeout, log).await
     {
         warn!(%error, "emergency checkpoint failed; the last complete one stays current");
-        log.event(RunEvent::Failure { what: format!("emergency checkpoint: {error:#}") });
+        log.event(RunEvent::Failure {
+            what: format!("emergency checkpoint: {}", parcae_logging::error_line(error.as_ref())),
+        });
     }
 }
 
@@ -988,7 +992,7 @@ async fn record_writes(
             }),
             Err(error) => {
                 warn!(%error, "periodic checkpoint not completed; the previous one stays current");
-                log.event(RunEvent::Failure { what: format!("{error:#}") });
+                log.event(RunEvent::Failure { what: parcae_logging::error_line(error.as_ref()) });
             }
         }
     }
