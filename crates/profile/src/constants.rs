@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ProfileError, join_index, join_key};
 use crate::jsonloc::{parse, unique_map};
-use crate::profile::{check_non_negative, check_positive};
+use crate::profile::{check_operation_ms, check_positive};
 
 /// Bytes in the artifact's "MB" (a MiB): its bandwidths are MiB per ms.
 const MIB: f64 = 1024.0 * 1024.0;
@@ -236,16 +236,16 @@ impl CommRebuild {
             }
         }
         let at = |name: &str| join_key(path, name);
-        let constant_ms = check_non_negative(file, &at("constant_ms"), spec.constant_ms)?;
+        let constant_ms = check_operation_ms(file, &at("constant_ms"), spec.constant_ms)?;
         // Present-ness was checked above; `unwrap_or_default` only satisfies the types.
         Ok(match spec.kind {
             CommRebuildKind::Groups => CommRebuild::Groups {
-                per_group_add_ms: check_non_negative(
+                per_group_add_ms: check_operation_ms(
                     file,
                     &at("per_group_add_ms"),
                     spec.per_group_add_ms.unwrap_or_default(),
                 )?,
-                per_group_remove_ms: check_non_negative(
+                per_group_remove_ms: check_operation_ms(
                     file,
                     &at("per_group_remove_ms"),
                     spec.per_group_remove_ms.unwrap_or_default(),
@@ -253,12 +253,12 @@ impl CommRebuild {
                 constant_ms,
             },
             CommRebuildKind::PerInstance => CommRebuild::PerInstance {
-                add_ms_per_instance: check_non_negative(
+                add_ms_per_instance: check_operation_ms(
                     file,
                     &at("add_ms_per_instance"),
                     spec.add_ms_per_instance.unwrap_or_default(),
                 )?,
-                remove_ms_per_instance: check_non_negative(
+                remove_ms_per_instance: check_operation_ms(
                     file,
                     &at("remove_ms_per_instance"),
                     spec.remove_ms_per_instance.unwrap_or_default(),
@@ -296,7 +296,7 @@ impl CommRebuild {
                     ));
                 }
                 for (i, &v) in ms.iter().enumerate() {
-                    check_non_negative(file, &join_index(&at("ms"), i), v)?;
+                    check_operation_ms(file, &join_index(&at("ms"), i), v)?;
                 }
                 let add_factor =
                     check_positive(file, &at("add_factor"), spec.add_factor.unwrap_or_default())?;
@@ -333,7 +333,7 @@ impl CostConstants {
     /// names them in errors.
     pub fn from_data(data: CostConstantsFile, file: impl AsRef<Path>) -> Result<Self, ProfileError> {
         let file = file.as_ref();
-        check_non_negative(file, "checkpoint_save_load_ms", data.checkpoint_save_load_ms)?;
+        check_operation_ms(file, "checkpoint_save_load_ms", data.checkpoint_save_load_ms)?;
         check_positive(file, "checkpoint_interval_ms", data.checkpoint_interval_ms)?;
         check_positive(file, "allreduce_gb_per_s", data.allreduce_gb_per_s)?;
         if let Some(rate) = data.checkpoint_write_gb_per_s {

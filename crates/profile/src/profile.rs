@@ -356,6 +356,28 @@ pub(crate) fn check_non_negative(file: &Path, path: &str, v: f64) -> Result<f64,
     }
 }
 
+/// The longest a single reconfiguration step may be stated to take: a day.
+/// Nothing a restart or a communicator rebuild does takes longer, and a larger
+/// figure is a unit slip (microseconds, or a placeholder such as `1e300`)
+/// whose sums would swamp every interval: the simulator's time then cancels
+/// out in floating point and its tables come out as nonsense, not an error.
+pub const MAX_OPERATION_MS: f64 = 86_400_000.0;
+
+/// `v` if it is a duration in ms from 0 to [`MAX_OPERATION_MS`], else an error at `path`.
+pub(crate) fn check_operation_ms(file: &Path, path: &str, v: f64) -> Result<f64, ProfileError> {
+    let v = check_non_negative(file, path, v)?;
+    if v <= MAX_OPERATION_MS {
+        return Ok(v);
+    }
+    // Plain digits up to a trillion, an exponent beyond (1e300 has 301 digits).
+    let shown = if v < 1e12 { format!("{v}") } else { format!("{v:e}") };
+    Err(ProfileError::invalid(
+        file,
+        path,
+        format!("{shown} ms is more than a day ({MAX_OPERATION_MS} ms); is it in milliseconds?"),
+    ))
+}
+
 fn check_at_least_one(file: &Path, path: &str, v: u32) -> Result<(), ProfileError> {
     if v >= 1 { Ok(()) } else { Err(ProfileError::invalid(file, path, "must be >= 1")) }
 }
@@ -435,15 +457,15 @@ fn validate_model(file: &Path, name: &str, m: &ModelEntry, lp: &LayerParams) -> 
             format!("must be a multiple of micro_batch_size ({})", m.micro_batch_size),
         ));
     }
-    check_non_negative(file, &at("proc_init_ms"), m.proc_init_ms)?;
-    check_non_negative(file, &at("rendezvous_ms"), m.rendezvous_ms)?;
-    check_non_negative(file, &at("restart_extra_ms"), m.restart_extra_ms)?;
+    check_operation_ms(file, &at("proc_init_ms"), m.proc_init_ms)?;
+    check_operation_ms(file, &at("rendezvous_ms"), m.rendezvous_ms)?;
+    check_operation_ms(file, &at("restart_extra_ms"), m.restart_extra_ms)?;
     for (&pp, &ms) in &m.model_build_ms_by_pp {
         let path = join_key(&at("model_build_ms_by_pp"), &pp.to_string());
         if pp == 0 {
             return Err(ProfileError::invalid(file, path, "pipeline depth must be >= 1"));
         }
-        check_non_negative(file, &path, ms)?;
+        check_operation_ms(file, &path, ms)?;
     }
 
     // Layer parameters first: depths are checked against them below.

@@ -102,6 +102,18 @@ fn missing_and_unknown_fields() {
     assert!(msg.contains("missing field `instance`"), "{msg}");
 }
 
+/// Restart times beyond a day are unit slips or placeholders, not measurements.
+#[test]
+fn restart_times_beyond_a_day() {
+    let msg = profile_err(&edited(|v| model(v)["proc_init_ms"] = json!(1e300)));
+    assert_eq!(
+        msg,
+        "bad.json: models.tiny-gpt.proc_init_ms: 1e300 ms is more than a day (86400000 ms); is it in milliseconds?"
+    );
+    let msg = profile_err(&edited(|v| model(v)["model_build_ms_by_pp"]["2"] = json!(9e7)));
+    assert_starts(&msg, "bad.json: models.tiny-gpt.model_build_ms_by_pp.2: 90000000 ms is more than a day");
+}
+
 #[test]
 fn non_positive_or_inconsistent_throughput() {
     let msg = profile_err(&edited(|v| model(v)["throughput"][0]["samples_per_s"] = json!(-64.0)));
@@ -313,6 +325,19 @@ fn bad_constants_scalars() {
     assert_eq!(msg, "consts.json: checkpoint_interval_ms: must be a finite number > 0, got -1");
     let msg = constants_err(&constants_edited(|v| v["checkpoint_save_load_ms"] = json!("14 s")));
     assert_starts(&msg, "consts.json: checkpoint_save_load_ms (line ");
+    // A placeholder or a unit slip: more than a day for one restart.
+    let msg = constants_err(&constants_edited(|v| v["checkpoint_save_load_ms"] = json!(1e300)));
+    assert_eq!(
+        msg,
+        "consts.json: checkpoint_save_load_ms: 1e300 ms is more than a day (86400000 ms); is it in milliseconds?"
+    );
+    let msg = constants_err(&constants_edited(|v| {
+        v["comm_rebuild"]["models"]["gpt-1.5b"]["per_group_add_ms"] = json!(5e8)
+    }));
+    assert_starts(
+        &msg,
+        "consts.json: comm_rebuild.models[\"gpt-1.5b\"].per_group_add_ms: 500000000 ms is more than a day",
+    );
     let msg = constants_err(&constants_edited(|v| v["sources"]["checkpoint_ms"] = json!("typo")));
     assert_starts(&msg, "consts.json: sources.checkpoint_ms: not a constant of this file");
 }
