@@ -361,7 +361,7 @@ pub(crate) fn check_non_negative(file: &Path, path: &str, v: f64) -> Result<f64,
 /// figure is a unit slip (microseconds, or a placeholder such as `1e300`)
 /// whose sums would swamp every interval: the simulator's time then cancels
 /// out in floating point and its tables come out as nonsense, not an error.
-pub const MAX_OPERATION_MS: f64 = 86_400_000.0;
+pub(crate) const MAX_OPERATION_MS: f64 = 86_400_000.0;
 
 /// `v` if it is a duration in ms from 0 to [`MAX_OPERATION_MS`], else an error at `path`.
 pub(crate) fn check_operation_ms(file: &Path, path: &str, v: f64) -> Result<f64, ProfileError> {

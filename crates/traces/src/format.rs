@@ -102,7 +102,7 @@ pub(crate) enum Detected {
 /// * Otherwise the first data line (blank and `#` lines skipped) decides:
 ///   a `YYYY-MM-DD` first field means timestamped counts, three fields
 ///   means events, two fields means counts; a header row (column names,
-///   `parse::header_row`) is passed over.
+///   `parse::csv_rows`) is passed over.
 pub(crate) fn detect(text: &str) -> Detected {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') {
@@ -114,19 +114,16 @@ pub(crate) fn detect(text: &str) -> Detected {
             Some(_) => Detected::Found(Format::SegmentsJsonl),
         };
     }
-    let mut rows = crate::parse::data_lines(text)
-        .map(|(line_no, line)| (line_no, line.split(',').map(str::trim).collect::<Vec<&str>>()));
-    let Some(mut row) = rows.next() else {
+    // The row after a header decides; a header alone decides by its shape
+    // (the parser then reports that there are no rows).
+    let header_alone = || {
+        crate::parse::data_lines(text)
+            .next()
+            .map(|(line_no, line)| (line_no, crate::parse::split_fields(line)))
+    };
+    let Some((line_no, fields)) = crate::parse::csv_rows(text).next().or_else(header_alone) else {
         return Detected::Empty;
     };
-    // A header row's names say nothing about the data: the row after it
-    // decides (with none, its shape does, and the parser reports no rows).
-    if crate::parse::header_row(&row.1)
-        && let Some(next) = rows.next()
-    {
-        row = next;
-    }
-    let (line_no, fields) = row;
     if looks_like_date(fields[0]) {
         return Detected::Found(Format::TimestampedCounts);
     }

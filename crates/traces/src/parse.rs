@@ -263,18 +263,25 @@ pub(crate) fn header_row(fields: &[&str]) -> bool {
     names && !event
 }
 
-fn split_fields(line: &str) -> Vec<&str> {
+pub(crate) fn split_fields(line: &str) -> Vec<&str> {
     line.split(',').map(str::trim).collect()
+}
+
+/// The rows of a comma-separated format (fields trimmed) with a first row of
+/// column names ([`header_row`]) passed over: the one place a header is
+/// recognised, for detection and every CSV shape alike.
+pub(crate) fn csv_rows(text: &str) -> impl Iterator<Item = (usize, Vec<&str>)> {
+    data_lines(text)
+        .map(|(line_no, line)| (line_no, split_fields(line)))
+        .enumerate()
+        .filter(|(i, (_, fields))| *i > 0 || !header_row(fields))
+        .map(|(_, row)| row)
 }
 
 /// Format 1: `t_ms,add|remove,node`.
 fn events_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut b = Builder::new();
-    for (i, (line_no, line)) in data_lines(text).enumerate() {
-        let fields = split_fields(line);
-        if i == 0 && header_row(&fields) {
-            continue;
-        }
+    for (line_no, fields) in csv_rows(text) {
         let [t, op, node] = fields.as_slice() else {
             return Err(ctx.at_line(
                 line_no,
@@ -299,11 +306,7 @@ fn events_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
 fn counts_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut b = Builder::new();
     let mut last_row: Option<u64> = None;
-    for (i, (line_no, line)) in data_lines(text).enumerate() {
-        let fields = split_fields(line);
-        if i == 0 && header_row(&fields) {
-            continue;
-        }
+    for (line_no, fields) in csv_rows(text) {
         let [t, count] = fields.as_slice() else {
             return Err(ctx.at_line(
                 line_no,
@@ -628,11 +631,7 @@ fn ticks_json(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
 /// order and the last one wins) and time 0 is the earliest row.
 fn timestamped_counts(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut rows: Vec<(i64, u64, usize)> = Vec::new();
-    for (i, (line_no, line)) in data_lines(text).enumerate() {
-        let fields = split_fields(line);
-        if i == 0 && header_row(&fields) {
-            continue;
-        }
+    for (line_no, fields) in csv_rows(text) {
         let [date, time, count] = fields.as_slice() else {
             return Err(ctx.at_line(
                 line_no,
