@@ -19,6 +19,11 @@
 //! afresh with those seeds (the stress shapes and the look-alikes, 24 h
 //! each): data nothing was chosen on.
 //!
+//! Beside each table, the default against reactive on every prefix of six
+//! hours or more of each trace, scored as a trace of its own: whether a
+//! policy that hedges ends a trace ahead of one that does not depends on
+//! where the trace ends, and this says how much.
+//!
 //! `cargo run --release -p parcae-sim --example generalisation [-- --fresh-seeds
 //! 11,12]` prints the tables as markdown (from the workspace root; about eight
 //! minutes on two cores, about four more per fresh seed), and every setting's
@@ -35,7 +40,8 @@ use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
 use parcae_sim::peers::{self, PeerConstants};
 use parcae_sim::{
-    MigrationMode, Peer, PeerSettings, Prices, drive_native, oracle_under, reactive, simulate_under,
+    MigrationMode, Peer, PeerSettings, Prices, SimResult, drive_native, oracle_under, reactive,
+    simulate_under,
 };
 use parcae_traces::synth::{Scenario, SynthSpec};
 
@@ -230,6 +236,48 @@ struct Case {
     best_other: (f64, String),
     /// The policy's samples per grid setting.
     policy: Vec<f64>,
+    /// The default setting against reactive on the trace's prefixes.
+    prefixes: Prefixes,
+}
+
+/// The shortest prefix of a trace scored as a trace of its own, in intervals
+/// (six hours).
+const MIN_PREFIX_INTERVALS: usize = 360;
+
+/// The default setting against reactive on every prefix of a trace of at
+/// least [`MIN_PREFIX_INTERVALS`], each scored as a trace of its own. The
+/// policy is causal, so its decisions on a prefix are the full run's, and a
+/// prefix's samples are the full run's up to its end (the checkpoint cadence
+/// stays the whole trace's). Whether the default is behind reactive at the
+/// end of a trace depends on where the trace ends; this says how much.
+#[derive(Debug, Clone, Copy, Default)]
+struct Prefixes {
+    /// Prefixes scored.
+    count: usize,
+    /// Prefixes where the default trails reactive.
+    behind: usize,
+    /// The lowest ratio of the default's samples to reactive's over them.
+    lowest: f64,
+    /// The ratio over the whole trace.
+    whole: f64,
+}
+
+impl Prefixes {
+    /// The prefixes of two runs' per-interval samples, `policy` against `reactive`.
+    fn of(policy: &[f64], reactive: &[f64]) -> Prefixes {
+        let (mut p, mut r) = (0.0, 0.0);
+        let mut prefixes = Prefixes { lowest: f64::INFINITY, ..Prefixes::default() };
+        for (k, (a, b)) in policy.iter().zip(reactive).enumerate() {
+            (p, r) = (p + a, r + b);
+            if k + 1 >= MIN_PREFIX_INTERVALS && r > 0.0 {
+                prefixes.count += 1;
+                prefixes.behind += usize::from(p < r);
+                prefixes.lowest = prefixes.lowest.min(p / r);
+            }
+        }
+        prefixes.whole = p / r;
+        prefixes
+    }
 }
 
 impl Case {
@@ -279,13 +327,18 @@ fn run_case(
         &recovery,
         constants.checkpoint_snapshot_bytes_per_ms(),
     );
-    let score = |d: &[Option<ParallelConfig>], mode| {
-        simulate_under(&system, series, INTERVAL_MS, d, prices, mode, recovery).unwrap().totals.samples
+    let run = |d: &[Option<ParallelConfig>], mode| {
+        simulate_under(&system, series, INTERVAL_MS, d, prices, mode, recovery).unwrap()
     };
+    let score = |d: &[Option<ParallelConfig>], mode| run(d, mode).totals.samples;
+    let per_interval = |r: &SimResult| r.intervals.iter().map(|i| i.samples).collect::<Vec<f64>>();
     let oracle = score(&oracle_under(&system, series, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
     let reactive_plan = reactive(&system, series);
+    let reactive_run = run(&reactive_plan, MigrationMode::Live);
+    let reactive_per_interval = per_interval(&reactive_run);
+    let mut prefixes = Prefixes::default();
     let mut others = vec![
-        (score(&reactive_plan, MigrationMode::Live), "reactive".to_string()),
+        (reactive_run.totals.samples, "reactive".to_string()),
         (score(&reactive_plan, MigrationMode::RestartOnChange), "reactive-restart".to_string()),
     ];
     let peer_settings = PeerSettings { interval_ms: INTERVAL_MS, prices, runs: 16, seed: 1 };
@@ -303,10 +356,14 @@ fn run_case(
             let mut guarded = setting.policy();
             let decisions = drive_native(&mut guarded, series, &system, recovery, INTERVAL_MS, HORIZON)
                 .expect("the native policy does not fail on a profiled model");
-            score(&decisions, MigrationMode::Live)
+            let result = run(&decisions, MigrationMode::Live);
+            if *setting == Setting::of_default() {
+                prefixes = Prefixes::of(&per_interval(&result), &reactive_per_interval);
+            }
+            result.totals.samples
         })
         .collect();
-    Case { family, trace, model, notice_s, oracle, best_other, policy }
+    Case { family, trace, model, notice_s, oracle, best_other, policy, prefixes }
 }
 
 /// One trace to score: its family, file name and intervals.
@@ -493,6 +550,7 @@ fn main() {
         grid[default].name(),
         cases.len()
     );
+    print_prefixes("the table's traces", &cases);
     print_settings("the table's traces", &grid, &cases);
     if !fresh_seeds.is_empty() {
         print_fresh(&fresh_traces(&fresh_seeds), &grid, default, &fresh_seeds, &constants, &peer_constants);
@@ -561,5 +619,40 @@ fn print_fresh(
         "\nfresh traces: worst default / best other row {worst:.4}, {below_97} of {} cases below 97% of the Oracle",
         cases.len()
     );
+    print_prefixes("the fresh traces", &cases);
     print_settings("the fresh traces", grid, &cases);
+}
+
+/// The default against reactive on every prefix of `cases`' traces
+/// ([`Prefixes`]): the cases where it trails at some prefix.
+fn print_prefixes(what: &str, cases: &[Case]) {
+    let trailing: Vec<&Case> = cases.iter().filter(|c| c.prefixes.behind > 0).collect();
+    let (count, behind) =
+        cases.iter().fold((0, 0), |(n, b), c| (n + c.prefixes.count, b + c.prefixes.behind));
+    let lowest = cases.iter().map(|c| c.prefixes.lowest).fold(f64::INFINITY, f64::min);
+    println!(
+        "\nThe default against reactive on every prefix of {what} of {} h or more, each scored as a trace \
+         of its own: behind at some prefix in {} of {} cases, at {behind} of {count} prefixes, lowest \
+         {lowest:.4}.\n",
+        MIN_PREFIX_INTERVALS as u64 * INTERVAL_MS / 3_600_000,
+        trailing.len(),
+        cases.len()
+    );
+    if trailing.is_empty() {
+        return;
+    }
+    println!("| trace | model | notice s | whole trace / reactive | prefixes behind | lowest |");
+    println!("|---|---|---|---|---|---|");
+    for c in trailing {
+        println!(
+            "| {} | {} | {} | {:.4} | {} of {} | {:.4} |",
+            c.trace,
+            c.model,
+            c.notice_s,
+            c.prefixes.whole,
+            c.prefixes.behind,
+            c.prefixes.count,
+            c.prefixes.lowest
+        );
+    }
 }
