@@ -68,6 +68,12 @@ pub struct RobustLiveput {
     /// standard deviations below its estimate
     /// ([`ChurnEstimator::estimate_with_lower`]); 0: at the estimate alone.
     pub defer_sigmas: f64,
+    /// The fraction of that low end the moves must clear: 1, the rate the
+    /// estimate's noise allows; less, a stricter check for a planner whose
+    /// hedges have not yet paid on this fleet (the regret guard sets it every
+    /// interval, [`crate::guard::GuardSettings::unproven_scale`]). No effect
+    /// at the estimate alone (`defer_sigmas` 0).
+    pub low_end_scale: f64,
     /// The last estimate (central and low) and the interval it was made at.
     last: Option<(IntervalStats, Vec<Churn>, Option<Vec<Churn>>)>,
 }
@@ -107,6 +113,7 @@ impl Default for RobustLiveput {
                 optimizer
             },
             defer_sigmas: 0.0,
+            low_end_scale: 1.0,
             last: None,
         }
     }
@@ -161,6 +168,14 @@ impl Predictor for RobustLiveput {
 impl Optimizer for RobustLiveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         (self.optimizer.churn, self.optimizer.churn_low) = self.churns_for(request);
+        // Out of [0, 1] or not a number: the low end as it is.
+        if (0.0..1.0).contains(&self.low_end_scale) {
+            let scale = self.low_end_scale;
+            if let Some(low) = &mut self.optimizer.churn_low {
+                low.iter_mut().for_each(|c| c.probability *= scale);
+                low.retain(|c| c.probability > 0.0);
+            }
+        }
         self.optimizer.optimize(request)
     }
 }
@@ -236,6 +251,33 @@ mod tests {
         let other = IntervalStats { instances: 6, arrivals: 2, preemptions: 2 };
         let opt = optimize_request(&profile, other, &forecast, None);
         assert_eq!(policy.churn_for(&opt), ChurnEstimator::default().estimate(&[]));
+    }
+
+    /// The low end the planner's moves must clear, scaled: every chance
+    /// times the scale, none left at 0; a scale outside [0, 1) or not a
+    /// number leaves it as it is.
+    #[test]
+    fn the_low_end_scales_by_the_guards_fraction() {
+        let history = churning(30, 3);
+        let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
+        let low_at = |scale: f64| {
+            let mut policy =
+                RobustLiveput { defer_sigmas: 1.0, low_end_scale: scale, ..RobustLiveput::default() };
+            let forecast = policy.predict(&predict_request(&history, 7)).unwrap();
+            policy.optimize(&optimize_request(&profile, history[29], &forecast, None)).unwrap();
+            policy.optimizer.churn_low.expect("a low end at one deviation")
+        };
+        let full = low_at(1.0);
+        assert!(!full.is_empty());
+        let half = low_at(0.5);
+        assert_eq!(half.len(), full.len());
+        for (h, f) in half.iter().zip(&full) {
+            assert_eq!((h.extra, h.probability), (f.extra, 0.5 * f.probability));
+        }
+        assert!(low_at(0.0).is_empty(), "no chance left at 0");
+        for unchanged in [1.5, -0.5, f64::NAN] {
+            assert_eq!(low_at(unchanged), full, "scale {unchanged}");
+        }
     }
 
     /// The decision loop on a churning fleet: plain liveput (a flat forecast,

@@ -5,10 +5,11 @@
 //!   plan, exact expectations, H = 12) at every interval of the 11.4 h p3
 //!   trace, for all five models, with a fresh transition cache per model.
 //! - `whole-trace/default-policy`: the default policy (guarded liveput: the
-//!   hedged plan, the terminal value, and both shadows of the regret guard)
-//!   the same way, H = 8, under AWS's 120 s notice; `/no-deference`,
+//!   hedged plan, the terminal value, and the three shadows of the regret
+//!   guard) the same way, H = 8, under AWS's 120 s notice; `/no-deference`,
 //!   `/at-the-estimate` (deference without the low-churn check of its own
-//!   moves) and `/bursts-to-3` without each of its costliest knobs.
+//!   moves), `/bursts-to-3` and `/no-proving` (no proving shadow, the low end
+//!   unscaled throughout) without each of its costliest knobs.
 //! - `decision/N=32`, `decision/N=1024`: one interval's decision (H = 12) on
 //!   a fleet that just lost instances, with a cold cache (first decision of a
 //!   run) and a warm one (steady state). N = 1024 uses the GPT-1.5B profile
@@ -168,13 +169,15 @@ fn whole_trace(c: &mut Criterion) {
     // reactive (a second plan whenever the first layouts differ), checking its
     // own moves at the low end of the churn (two more where the plan moves)
     // and telling bursts apart up to 6 (up to 7 scenarios per interval
-    // instead of 4) cost.
+    // instead of 4) cost, and what the proving shadow costs (a third plan per
+    // interval until the planner is proven, or where its layout differs).
     type Adjust = fn(&mut GuardedLiveput);
-    let variants: [(&str, Adjust); 4] = [
+    let variants: [(&str, Adjust); 5] = [
         ("default-policy", |_| {}),
         ("default-policy/no-deference", |p| p.planner.optimizer.defer_margin = 0.0),
         ("default-policy/at-the-estimate", |p| p.planner.defer_sigmas = 0.0),
         ("default-policy/bursts-to-3", |p| p.planner.estimator.max_extra = 3),
+        ("default-policy/no-proving", |p| p.settings.unproven_scale = 1.0),
     ];
     for (name, adjust) in variants {
         group.bench_function(name, |b| {

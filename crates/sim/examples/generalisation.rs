@@ -89,6 +89,9 @@ struct Setting {
     sigmas: f64,
     /// Whether the real job is judged only over the planner's current tenure.
     tenure: bool,
+    /// The fraction of the low end the planner's moves must clear until
+    /// hedging has paid on the fleet (1: off).
+    unproven: f64,
 }
 
 impl Setting {
@@ -106,6 +109,7 @@ impl Setting {
             only_moves: d.planner.optimizer.defer_only_moves,
             sigmas: d.planner.defer_sigmas,
             tenure: d.settings.tenure_regret,
+            unproven: d.settings.unproven_scale,
         }
     }
 
@@ -116,6 +120,7 @@ impl Setting {
             real_regret: self.real_regret,
             significance: self.significance,
             tenure_regret: self.tenure,
+            unproven_scale: self.unproven,
             ..GuardSettings::default()
         });
         guarded.planner.optimizer.terminal_horizons = self.terminal;
@@ -130,7 +135,7 @@ impl Setting {
     /// The setting as the tables show it.
     fn name(self) -> String {
         format!(
-            "{}x, {}{}{}, {}, defer {}{}{}, bursts to {}",
+            "{}x, {}{}{}, {}, defer {}{}{}{}, bursts to {}",
             self.terminal,
             self.margin,
             match (self.real_regret, self.tenure) {
@@ -143,6 +148,7 @@ impl Setting {
             self.defer,
             if self.only_moves { " of moves" } else { "" },
             if self.sigmas > 0.0 { format!(" at -{} sd", self.sigmas) } else { String::new() },
+            if self.unproven < 1.0 { format!(" (x{} until proven)", self.unproven) } else { String::new() },
             self.max_burst
         )
     }
@@ -168,6 +174,7 @@ const fn setting(
         only_moves: false,
         sigmas: 0.0,
         tenure: true,
+        unproven: 1.0,
     }
 }
 
@@ -190,6 +197,12 @@ const fn over_the_run(setting: Setting) -> Setting {
     Setting { tenure: false, ..setting }
 }
 
+/// [`setting`] whose planner's moves must hold at `scale` of the low end
+/// until hedging has paid on the fleet.
+const fn until_proven(setting: Setting, scale: f64) -> Setting {
+    Setting { unproven: scale, ..setting }
+}
+
 /// [`setting`] deferring only where the planner's best plan moves.
 const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
@@ -197,8 +210,11 @@ const fn of_moves(setting: Setting) -> Setting {
 
 /// The grid the held-out selection chooses from: the default (deference at
 /// the churn estimate, and for the planner's own moves one standard deviation
-/// below it; the real job judged per tenure), and it with the real job judged
-/// over the whole run; deference at the estimate alone and two deviations below; the
+/// below it, at half that rate until hedging has paid on the fleet; the real
+/// job judged per tenure); the same at the full low end throughout (the
+/// default before that), with a stricter check of 0.7 of the low end until
+/// proven, and with the real job judged over the whole run; and, each with the
+/// full low end throughout, deference at the estimate alone and two deviations below; the
 /// guard acting only on leads beyond two standard deviations of the score
 /// difference's noise, with deference at one deviation and at the estimate;
 /// deference only where the planner's own plan moves (it never makes the job
@@ -209,9 +225,12 @@ const fn of_moves(setting: Setting) -> Setting {
 /// error, the guard without the real job's regret, a one-horizon terminal
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
-const GRID: [Setting; 13] = [
-    at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
-    over_the_run(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0)),
+const GRID: [Setting; 15] = [
+    until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5),
+    over_the_run(until_proven(
+        at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+        0.5,
+    )),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 2.0),
     significant(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 2.0),
@@ -223,6 +242,8 @@ const GRID: [Setting; 13] = [
     at_low_churn(setting(3.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     at_low_churn(setting(6.0, 0.0, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     at_low_churn(setting(6.0, 0.01, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+    at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+    until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.7),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.
