@@ -385,8 +385,9 @@ impl GuardedLiveput {
         }
     }
 
-    /// Advances both shadows over the interval that `request` observed (its
-    /// first forecast record), once per interval.
+    /// Advances the shadows (both candidates' and the proving one) over the
+    /// interval that `request` observed (its first forecast record), once per
+    /// interval.
     fn advance_shadows(&mut self, request: &OptimizeRequest) -> Result<(), String> {
         let Some(&observed) = request.forecast.first() else {
             return Ok(());

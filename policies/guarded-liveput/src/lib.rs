@@ -9,8 +9,9 @@
 //! The algorithms live in `parcae-policy-core` (also linked natively by the
 //! host); this crate binds them to the WIT world. One policy value serves both
 //! interfaces and lives as long as the instance: it holds the forecast's risk
-//! estimate, the two shadows and the transition cache. After a fault the
-//! instance is re-created and the guard starts over from the next interval.
+//! estimate, the guard's three shadows and the transition cache. After a
+//! fault the instance is re-created and the guard starts over from the next
+//! interval.
 
 /// Rust bindings of the `full-policy` world of `wit/policy.wit`.
 #[allow(missing_docs, reason = "generated bindings")]
