@@ -74,6 +74,13 @@ pub struct Liveput {
     /// deference then redirects a move the planner chose to reactive's
     /// layout, and never makes the job migrate where the planner would stay.
     pub defer_only_moves: bool,
+    /// Whether the last call's decision could depend on
+    /// [`Liveput::churn_low`]: its best plan left both the current layout and
+    /// reactive's by more than the deference margin at the estimate. Where it
+    /// did not, the same request decides the same at any low end, so the
+    /// regret guard reuses the decision for its proving shadow
+    /// ([`crate::guard`]) instead of planning it again.
+    pub low_end_mattered: bool,
 }
 
 impl Liveput {
@@ -137,6 +144,7 @@ impl Optimizer for Liveput {
             )
         };
         let mut planned = plan_from(options, &churn).map_err(|e| format!("liveput optimizer: {e}"))?;
+        self.low_end_mattered = false;
         // Reactive's layout is looked up only when deference is on and the plan
         // starts elsewhere; the deferred plan is an alternative, never a reason
         // to fail the call (the best plan stands if it cannot be priced).
@@ -148,7 +156,9 @@ impl Optimizer for Liveput {
             && let Ok(deferred) = plan_from(PlanOptions { first: Some(first), ..options }, &churn)
         {
             let within = |best: f64, deferred: f64| best - deferred <= self.defer_margin * best.abs();
-            let defer = within(planned.objective, deferred.objective) || {
+            let at_estimate = within(planned.objective, deferred.objective);
+            self.low_end_mattered = !at_estimate && own != request.current;
+            let defer = at_estimate || {
                 // The same comparison at the low end of the churn, where the
                 // plan moves: a move whose edge does not survive the low end
                 // rests on noise. Staying put needs no such edge (deferring

@@ -74,6 +74,11 @@ pub struct RobustLiveput {
     /// interval, [`crate::guard::GuardSettings::unproven_scale`]). No effect
     /// at the estimate alone (`defer_sigmas` 0).
     pub low_end_scale: f64,
+    /// Whether the moves must clear the low end at all: cleared, the plan is
+    /// priced at the estimate alone, as with `defer_sigmas` 0, for a planner
+    /// whose hedges have paid on this fleet (the regret guard sets it every
+    /// interval, [`crate::guard::GuardSettings::trust_when_proven`]).
+    pub low_end_checked: bool,
     /// The last estimate (central and low) and the interval it was made at.
     last: Option<(IntervalStats, Vec<Churn>, Option<Vec<Churn>>)>,
 }
@@ -114,6 +119,7 @@ impl Default for RobustLiveput {
             },
             defer_sigmas: 0.0,
             low_end_scale: 1.0,
+            low_end_checked: true,
             last: None,
         }
     }
@@ -168,6 +174,9 @@ impl Predictor for RobustLiveput {
 impl Optimizer for RobustLiveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         (self.optimizer.churn, self.optimizer.churn_low) = self.churns_for(request);
+        if !self.low_end_checked {
+            self.optimizer.churn_low = None;
+        }
         // Out of [0, 1] or not a number: the low end as it is.
         if (0.0..1.0).contains(&self.low_end_scale) {
             let scale = self.low_end_scale;
@@ -278,6 +287,24 @@ mod tests {
         for unchanged in [1.5, -0.5, f64::NAN] {
             assert_eq!(low_at(unchanged), full, "scale {unchanged}");
         }
+    }
+
+    /// With the low end unchecked the planner prices its moves at the
+    /// estimate alone, whatever the scale, and checks it again once set.
+    #[test]
+    fn an_unchecked_low_end_prices_at_the_estimate() {
+        let history = churning(30, 3);
+        let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
+        let mut policy = RobustLiveput { defer_sigmas: 1.0, low_end_scale: 0.5, ..RobustLiveput::default() };
+        let forecast = policy.predict(&predict_request(&history, 7)).unwrap();
+        let request = optimize_request(&profile, history[29], &forecast, None);
+        policy.low_end_checked = false;
+        policy.optimize(&request).unwrap();
+        assert_eq!(policy.optimizer.churn_low, None);
+        assert!(!policy.optimizer.churn.is_empty(), "the estimate still hedges");
+        policy.low_end_checked = true;
+        policy.optimize(&request).unwrap();
+        assert!(policy.optimizer.churn_low.is_some_and(|low| !low.is_empty()));
     }
 
     /// The decision loop on a churning fleet: plain liveput (a flat forecast,

@@ -169,8 +169,8 @@ fn whole_trace(c: &mut Criterion) {
     // reactive (a second plan whenever the first layouts differ), checking its
     // own moves at the low end of the churn (two more where the plan moves)
     // and telling bursts apart up to 6 (up to 7 scenarios per interval
-    // instead of 4) cost, and what the proving shadow costs (a third plan per
-    // interval until the planner is proven, or where its layout differs).
+    // instead of 4) cost, and what the proving shadow costs (a third plan
+    // where its decision could differ from the planner shadow's).
     type Adjust = fn(&mut GuardedLiveput);
     let variants: [(&str, Adjust); 5] = [
         ("default-policy", |_| {}),

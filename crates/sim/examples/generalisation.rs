@@ -92,6 +92,9 @@ struct Setting {
     /// The fraction of the low end the planner's moves must clear until
     /// hedging has paid on the fleet (1: off).
     unproven: f64,
+    /// Whether, once hedging has paid, the planner prices its moves at the
+    /// estimate alone (else at the low end).
+    trust: bool,
 }
 
 impl Setting {
@@ -110,6 +113,7 @@ impl Setting {
             sigmas: d.planner.defer_sigmas,
             tenure: d.settings.tenure_regret,
             unproven: d.settings.unproven_scale,
+            trust: d.settings.trust_when_proven,
         }
     }
 
@@ -121,6 +125,7 @@ impl Setting {
             significance: self.significance,
             tenure_regret: self.tenure,
             unproven_scale: self.unproven,
+            trust_when_proven: self.trust,
             ..GuardSettings::default()
         });
         guarded.planner.optimizer.terminal_horizons = self.terminal;
@@ -148,7 +153,11 @@ impl Setting {
             self.defer,
             if self.only_moves { " of moves" } else { "" },
             if self.sigmas > 0.0 { format!(" at -{} sd", self.sigmas) } else { String::new() },
-            if self.unproven < 1.0 { format!(" (x{} until proven)", self.unproven) } else { String::new() },
+            match (self.unproven < 1.0, self.trust) {
+                (true, true) => format!(" (x{} until proven, then the estimate)", self.unproven),
+                (true, false) => format!(" (x{} until proven)", self.unproven),
+                _ => String::new(),
+            },
             self.max_burst
         )
     }
@@ -175,6 +184,7 @@ const fn setting(
         sigmas: 0.0,
         tenure: true,
         unproven: 1.0,
+        trust: true,
     }
 }
 
@@ -203,6 +213,11 @@ const fn until_proven(setting: Setting, scale: f64) -> Setting {
     Setting { unproven: scale, ..setting }
 }
 
+/// [`setting`] whose planner, once proven, still checks the low end.
+const fn untrusting(setting: Setting) -> Setting {
+    Setting { trust: false, ..setting }
+}
+
 /// [`setting`] deferring only where the planner's best plan moves.
 const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
@@ -210,10 +225,12 @@ const fn of_moves(setting: Setting) -> Setting {
 
 /// The grid the held-out selection chooses from: the default (deference at
 /// the churn estimate, and for the planner's own moves one standard deviation
-/// below it, at half that rate until hedging has paid on the fleet; the real
-/// job judged per tenure); the same at the full low end throughout (the
-/// default before that), with a stricter check of 0.7 of the low end until
-/// proven, and with the real job judged over the whole run; and, each with the
+/// below it, at half that rate until hedging has paid on the fleet and at the
+/// estimate alone once it has; the real job judged per tenure); the same with
+/// the real job judged over the whole run, at the full low end throughout
+/// (the default before the proving shadow), with a stricter check of 0.7 of
+/// the low end until proven, and at the full low end once proven (the default
+/// before trusting a proven planner); and, each with the
 /// full low end throughout, deference at the estimate alone and two deviations below; the
 /// guard acting only on leads beyond two standard deviations of the score
 /// difference's noise, with deference at one deviation and at the estimate;
@@ -225,7 +242,7 @@ const fn of_moves(setting: Setting) -> Setting {
 /// error, the guard without the real job's regret, a one-horizon terminal
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
-const GRID: [Setting; 15] = [
+const GRID: [Setting; 16] = [
     until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5),
     over_the_run(until_proven(
         at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
@@ -244,6 +261,10 @@ const GRID: [Setting; 15] = [
     at_low_churn(setting(6.0, 0.01, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.7),
+    untrusting(until_proven(
+        at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+        0.5,
+    )),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.

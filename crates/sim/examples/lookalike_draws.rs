@@ -4,7 +4,9 @@
 //! (`RobustLiveput::defer_sigmas`), and without it but with a guard that
 //! acts only on significant leads (`GuardSettings::significance`, two
 //! standard deviations), and with its guard judging the real job over the
-//! whole run rather than per tenure (`GuardSettings::tenure_regret`): the
+//! whole run rather than per tenure (`GuardSettings::tenure_regret`), and
+//! with a proven planner still checking the low end
+//! (`GuardSettings::trust_when_proven` off): the
 //! generalisation table scores four
 //! draws of every family against every baseline and peer; this scores tens of
 //! draws of the two families whose bursts are rarest and costliest, against
@@ -37,24 +39,49 @@ struct Variant {
     significance: f64,
     /// Whether the guard judges the real job per tenure (`GuardSettings::tenure_regret`).
     tenure: bool,
+    /// Whether a proven planner prices its moves at the estimate alone
+    /// (`GuardSettings::trust_when_proven`).
+    trust: bool,
 }
 
 /// The default, the check off, the check off under a guard that needs two
-/// standard deviations, and the default judging the real job over the whole run.
-const SETTINGS: [Variant; 4] = [
+/// standard deviations, the default judging the real job over the whole run,
+/// and the default checking the low end once proven.
+const SETTINGS: [Variant; 5] = [
     Variant {
         name: "default",
         sigmas: DEFAULT_DEFER_SIGMAS,
         significance: DEFAULT_GUARD_SIGNIFICANCE,
         tenure: true,
+        trust: true,
     },
-    Variant { name: "at the estimate", sigmas: 0.0, significance: DEFAULT_GUARD_SIGNIFICANCE, tenure: true },
-    Variant { name: "at the estimate, guard 2 sd", sigmas: 0.0, significance: 2.0, tenure: true },
+    Variant {
+        name: "at the estimate",
+        sigmas: 0.0,
+        significance: DEFAULT_GUARD_SIGNIFICANCE,
+        tenure: true,
+        trust: true,
+    },
+    Variant {
+        name: "at the estimate, guard 2 sd",
+        sigmas: 0.0,
+        significance: 2.0,
+        tenure: true,
+        trust: true,
+    },
     Variant {
         name: "real regret over the run",
         sigmas: DEFAULT_DEFER_SIGMAS,
         significance: DEFAULT_GUARD_SIGNIFICANCE,
         tenure: false,
+        trust: true,
+    },
+    Variant {
+        name: "low end once proven",
+        sigmas: DEFAULT_DEFER_SIGMAS,
+        significance: DEFAULT_GUARD_SIGNIFICANCE,
+        tenure: true,
+        trust: false,
     },
 ];
 
@@ -107,6 +134,7 @@ fn main() {
             policy.planner.defer_sigmas = variant.sigmas;
             policy.settings.significance = variant.significance;
             policy.settings.tenure_regret = variant.tenure;
+            policy.settings.trust_when_proven = variant.trust;
             let decisions = drive_native(&mut policy, &series, &system, recovery, INTERVAL_MS, HORIZON)
                 .expect("the native policy does not fail on a profiled model");
             let samples = score(&decisions);
