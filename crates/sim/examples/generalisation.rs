@@ -555,7 +555,9 @@ fn main() {
          job's own regret also hands over and `and N sd` when the guard acts only on leads beyond N \
          standard deviations of their noise, the planner's count forecast, its margin for deferring to \
          reactive and how many standard deviations below the churn estimate its moves must also \
-         clear it, and the largest burst its churn estimate tells apart) chosen without each family, and that family scored with it; beside \
+         clear it (`xF until proven`: F of that low end until hedging has paid on the fleet, `then the \
+         estimate` when a proven planner is trusted), and the largest burst its churn estimate tells \
+         apart) chosen without each family, and that family scored with it; beside \
          it, the default setting on every family.\n"
     );
     println!(
