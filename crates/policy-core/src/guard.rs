@@ -658,21 +658,25 @@ mod tests {
         }
     }
 
+    /// The forecast request after the first `k + 1` intervals of `history`.
+    fn predict_request(history: &[IntervalStats], k: usize) -> PredictRequest {
+        PredictRequest {
+            history_by_type: Vec::new(),
+            history: history[..=k].to_vec(),
+            horizon: 6,
+            interval_ms: 60_000,
+            fleet_min: 0,
+            fleet_max: 16,
+        }
+    }
+
     /// Runs the guard over `history` the way the host does (predict, then
     /// optimize, applying the first step); returns the decisions.
     fn drive(guard: &mut GuardedLiveput, history: &[IntervalStats]) -> Vec<Option<ParallelConfig>> {
         let mut current = None;
         let mut decisions = Vec::new();
         for k in 0..history.len() {
-            let predict = PredictRequest {
-                history_by_type: Vec::new(),
-                history: history[..=k].to_vec(),
-                horizon: 6,
-                interval_ms: 60_000,
-                fleet_min: 0,
-                fleet_max: 16,
-            };
-            guard.predict(&predict).unwrap();
+            guard.predict(&predict_request(history, k)).unwrap();
             let plan = guard.optimize(&request(history[k], current, 6)).unwrap();
             current = plan.steps[0].config;
             decisions.push(current);
@@ -780,16 +784,7 @@ mod tests {
         let mut guard = GuardedLiveput::default();
         let (mut current, mut shared_layout) = (None, 0);
         for k in 0..history.len() {
-            guard
-                .predict(&PredictRequest {
-                    history_by_type: Vec::new(),
-                    history: history[..=k].to_vec(),
-                    horizon: 6,
-                    interval_ms: 60_000,
-                    fleet_min: 0,
-                    fleet_max: 16,
-                })
-                .unwrap();
+            guard.predict(&predict_request(&history, k)).unwrap();
             let mut alone = guard.clone();
             (alone.planner.low_end_scale, alone.planner.low_end_checked) = (1.0, true);
             let expected = alone
