@@ -139,7 +139,7 @@ pub struct GuardSettings {
     /// not a number): off, and no proving shadow is kept.
     pub unproven_scale: f64,
     /// Once the proving shadow has proven it, the planner prices its moves at
-    /// the churn estimate alone ([`RobustLiveput::low_end_checked`]): its
+    /// the churn estimate alone ([`RobustLiveput::low_end_scale`] `None`): its
     /// hedges, held to the low end, have out-earned reactive on this fleet,
     /// so the estimate has been borne out. Off (or with no
     /// proving shadow kept): the planner always checks the low end.
@@ -456,20 +456,21 @@ impl GuardedLiveput {
         // rather than fail the call: this is bookkeeping about the past.
         // Until hedging has paid, the planner (its shadow's decisions and
         // the real job's) plans at a fraction of the low end.
-        let proven = self.proven();
-        self.planner.low_end_scale = if proven { 1.0 } else { self.settings.unproven_scale.max(0.0) };
-        self.planner.low_end_checked = !(proven && self.proving_kept() && self.settings.trust_when_proven);
+        self.planner.low_end_scale = match (self.proven(), self.proving_kept()) {
+            (true, true) if self.settings.trust_when_proven => None,
+            (true, _) => Some(1.0),
+            (false, _) => Some(self.settings.unproven_scale.max(0.0)),
+        };
         let mut decided = [None; 2];
-        let mut low_end_mattered = true;
         for candidate in [Candidate::Planner, Candidate::Reactive] {
             let mut own = request.clone();
             own.current = self.shadows[candidate as usize].layout;
             decided[candidate as usize] =
                 self.plan_with(candidate, &own)?.steps.first().and_then(|s| s.config);
-            if candidate == Candidate::Planner {
-                low_end_mattered = self.planner.optimizer.low_end_mattered;
-            }
         }
+        // Reactive's plan does not touch the planner: this is still what the
+        // planner shadow's decision turned on.
+        let low_end_mattered = self.planner.optimizer.low_end_mattered;
         let proving_to =
             self.proving_decision(request, decided[Candidate::Planner as usize], low_end_mattered)?;
         let values: Vec<_> = [Candidate::Planner, Candidate::Reactive]
@@ -607,16 +608,16 @@ impl GuardedLiveput {
         if !self.proving_kept() {
             return Ok(None);
         }
-        let (scale, checked) = (self.planner.low_end_scale, self.planner.low_end_checked);
-        let plans_alike = !low_end_mattered || (scale == 1.0 && checked);
+        let scale = self.planner.low_end_scale;
+        let plans_alike = !low_end_mattered || scale == Some(1.0);
         if plans_alike && self.proving.layout == self.shadows[Candidate::Planner as usize].layout {
             return Ok(planner_decided);
         }
         let mut own = request.clone();
         own.current = self.proving.layout;
-        (self.planner.low_end_scale, self.planner.low_end_checked) = (1.0, true);
+        self.planner.low_end_scale = Some(1.0);
         let plan = self.planner.optimize(&own);
-        (self.planner.low_end_scale, self.planner.low_end_checked) = (scale, checked);
+        self.planner.low_end_scale = scale;
         Ok(plan?.steps.first().and_then(|s| s.config))
     }
 }
@@ -740,10 +741,7 @@ mod tests {
         drive(&mut guard, &history);
         assert!(guard.proving.score > 0.0 && guard.reactive_total > 0.0);
         assert!(!guard.proven(), "{} against {}", guard.proving.score, guard.reactive_total);
-        assert_eq!(
-            (guard.planner.low_end_scale, guard.planner.low_end_checked),
-            (DEFAULT_UNPROVEN_SCALE, true)
-        );
+        assert_eq!(guard.planner.low_end_scale, Some(DEFAULT_UNPROVEN_SCALE));
         // Once it has earned more, the next interval plans at the estimate,
         // and the proving shadow follows the planner's where they coincide.
         guard.proving.score = guard.reactive_total + 1.0;
@@ -752,23 +750,19 @@ mod tests {
         trusting.predicted_interval = trusting.predicted_interval.map(|n| n + 1);
         let current = trusting.shadow(Candidate::Planner).layout;
         trusting.optimize(&request(history[9], current, 6)).unwrap();
-        assert_eq!((trusting.planner.low_end_scale, trusting.planner.low_end_checked), (1.0, false));
+        assert_eq!(trusting.planner.low_end_scale, None);
         assert_eq!(trusting.proving.layout, trusting.shadow(Candidate::Planner).layout);
         // Without trust, proven means the full low end.
         guard.settings.trust_when_proven = false;
         guard.predicted_interval = guard.predicted_interval.map(|n| n + 1);
         guard.optimize(&request(history[9], current, 6)).unwrap();
-        assert_eq!((guard.planner.low_end_scale, guard.planner.low_end_checked), (1.0, true));
+        assert_eq!(guard.planner.low_end_scale, Some(1.0));
 
         let off = GuardSettings { unproven_scale: 1.0, ..GuardSettings::default() };
         let mut guard = GuardedLiveput::with_settings(off);
         drive(&mut guard, &history);
         assert!(guard.proven());
-        assert_eq!(
-            (guard.planner.low_end_scale, guard.planner.low_end_checked),
-            (1.0, true),
-            "nothing proven"
-        );
+        assert_eq!(guard.planner.low_end_scale, Some(1.0), "nothing proven");
         assert_eq!((guard.proving, guard.reactive_total), (Shadow::default(), 0.0), "no proving shadow kept");
     }
 
@@ -786,7 +780,7 @@ mod tests {
         for k in 0..history.len() {
             guard.predict(&predict_request(&history, k)).unwrap();
             let mut alone = guard.clone();
-            (alone.planner.low_end_scale, alone.planner.low_end_checked) = (1.0, true);
+            alone.planner.low_end_scale = Some(1.0);
             let expected = alone
                 .planner
                 .optimize(&request(history[k], guard.proving.layout, 6))

@@ -68,17 +68,15 @@ pub struct RobustLiveput {
     /// standard deviations below its estimate
     /// ([`ChurnEstimator::estimate_with_lower`]); 0: at the estimate alone.
     pub defer_sigmas: f64,
-    /// The fraction of that low end the moves must clear: 1, the rate the
-    /// estimate's noise allows; less, a stricter check for a planner whose
-    /// hedges have not yet paid on this fleet (the regret guard sets it every
-    /// interval, [`crate::guard::GuardSettings::unproven_scale`]). No effect
-    /// at the estimate alone (`defer_sigmas` 0).
-    pub low_end_scale: f64,
-    /// Whether the moves must clear the low end at all: cleared, the plan is
-    /// priced at the estimate alone, as with `defer_sigmas` 0, for a planner
-    /// whose hedges have paid on this fleet (the regret guard sets it every
-    /// interval, [`crate::guard::GuardSettings::trust_when_proven`]).
-    pub low_end_checked: bool,
+    /// The fraction of that low end the moves must clear: `Some(1.0)`, the
+    /// rate the estimate's noise allows; less, a stricter check for a planner
+    /// whose hedges have not yet paid on this fleet; `None`, no check at all
+    /// (the plan priced at the estimate alone, as with `defer_sigmas` 0), for
+    /// a planner whose hedges have paid. The regret guard sets it every
+    /// interval ([`crate::guard::GuardSettings::unproven_scale`],
+    /// [`crate::guard::GuardSettings::trust_when_proven`]). No effect at the
+    /// estimate alone (`defer_sigmas` 0).
+    pub low_end_scale: Option<f64>,
     /// The last estimate (central and low) and the interval it was made at.
     last: Option<(IntervalStats, Vec<Churn>, Option<Vec<Churn>>)>,
 }
@@ -118,8 +116,7 @@ impl Default for RobustLiveput {
                 optimizer
             },
             defer_sigmas: 0.0,
-            low_end_scale: 1.0,
-            low_end_checked: true,
+            low_end_scale: Some(1.0),
             last: None,
         }
     }
@@ -174,16 +171,16 @@ impl Predictor for RobustLiveput {
 impl Optimizer for RobustLiveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         (self.optimizer.churn, self.optimizer.churn_low) = self.churns_for(request);
-        if !self.low_end_checked {
-            self.optimizer.churn_low = None;
-        }
-        // Out of [0, 1] or not a number: the low end as it is.
-        if (0.0..1.0).contains(&self.low_end_scale) {
-            let scale = self.low_end_scale;
-            if let Some(low) = &mut self.optimizer.churn_low {
-                low.iter_mut().for_each(|c| c.probability *= scale);
-                low.retain(|c| c.probability > 0.0);
+        match self.low_end_scale {
+            None => self.optimizer.churn_low = None,
+            // Out of [0, 1] or not a number: the low end as it is.
+            Some(scale) if (0.0..1.0).contains(&scale) => {
+                if let Some(low) = &mut self.optimizer.churn_low {
+                    low.iter_mut().for_each(|c| c.probability *= scale);
+                    low.retain(|c| c.probability > 0.0);
+                }
             }
+            Some(_) => {}
         }
         self.optimizer.optimize(request)
     }
@@ -271,7 +268,7 @@ mod tests {
         let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
         let low_at = |scale: f64| {
             let mut policy =
-                RobustLiveput { defer_sigmas: 1.0, low_end_scale: scale, ..RobustLiveput::default() };
+                RobustLiveput { defer_sigmas: 1.0, low_end_scale: Some(scale), ..RobustLiveput::default() };
             let forecast = policy.predict(&predict_request(&history, 7)).unwrap();
             policy.optimize(&optimize_request(&profile, history[29], &forecast, None)).unwrap();
             policy.optimizer.churn_low.expect("a low end at one deviation")
@@ -289,20 +286,19 @@ mod tests {
         }
     }
 
-    /// With the low end unchecked the planner prices its moves at the
-    /// estimate alone, whatever the scale, and checks it again once set.
+    /// With no low end (`None`) the planner prices its moves at the estimate
+    /// alone, and checks a low end again once given a scale.
     #[test]
     fn an_unchecked_low_end_prices_at_the_estimate() {
         let history = churning(30, 3);
         let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
-        let mut policy = RobustLiveput { defer_sigmas: 1.0, low_end_scale: 0.5, ..RobustLiveput::default() };
+        let mut policy = RobustLiveput { defer_sigmas: 1.0, low_end_scale: None, ..RobustLiveput::default() };
         let forecast = policy.predict(&predict_request(&history, 7)).unwrap();
         let request = optimize_request(&profile, history[29], &forecast, None);
-        policy.low_end_checked = false;
         policy.optimize(&request).unwrap();
         assert_eq!(policy.optimizer.churn_low, None);
         assert!(!policy.optimizer.churn.is_empty(), "the estimate still hedges");
-        policy.low_end_checked = true;
+        policy.low_end_scale = Some(0.5);
         policy.optimize(&request).unwrap();
         assert!(policy.optimizer.churn_low.is_some_and(|low| !low.is_empty()));
     }
