@@ -34,7 +34,7 @@ pub struct Liveput {
     pub carried_ms: f64,
     /// Knobs of the program (default: [`PlanOptions::default`], `liveput()`'s
     /// pause rule). Its `recovery` and `terminal_ms` are set on every call,
-    /// from the request and [`Liveput::terminal_horizons`].
+    /// from the request and [`Liveput::terminal_intervals`].
     pub options: PlanOptions,
     /// Preemptions that may hit each forecast interval on top of the
     /// forecast's own, with their chance per interval (each replaced by an
@@ -50,17 +50,18 @@ pub struct Liveput {
     /// history cannot tell from noise is not worth making. `None`: no such
     /// check.
     pub churn_low: Option<Vec<Churn>>,
-    /// Terminal value of a plan, in horizons: the last planned layout is
-    /// credited with what it would train for this many more horizons
+    /// Terminal value of a plan, in intervals: the last planned layout is
+    /// credited with what it would train for this many more intervals
     /// ([`PlanOptions::terminal_ms`]; with [`Liveput::churn`], less the work
-    /// that churn's wipes would roll back). 0 (the default, the paper's
-    /// optimizer) credits nothing past the horizon.
-    pub terminal_horizons: f64,
-    /// The shortest terminal time, ms, whenever [`Liveput::terminal_horizons`]
+    /// that churn's wipes would roll back). Counted in intervals, not in
+    /// horizons: how long a layout is held past the plan does not grow with
+    /// how far the planner looks. 0 (the default, the paper's optimizer)
+    /// credits nothing past the horizon.
+    pub terminal_intervals: f64,
+    /// The shortest terminal time, ms, whenever [`Liveput::terminal_intervals`]
     /// is on. A layout is held for tens of minutes however often the host
-    /// plans, but horizons measured in intervals shrink in time with the
-    /// interval, and with them the payback the plan can see. 0 (the default):
-    /// horizons alone.
+    /// plans, but intervals shrink in time with the interval length, and with
+    /// them the payback the plan can see. 0 (the default): intervals alone.
     pub min_terminal_ms: f64,
     /// Defer to the reactive baseline's layout unless the best plan beats the
     /// best plan that starts with it by more than this fraction of its
@@ -84,12 +85,13 @@ pub struct Liveput {
 }
 
 impl Liveput {
-    /// The terminal time of a plan of `steps` intervals of `interval_ms`:
-    /// [`Liveput::terminal_horizons`] horizons, at least
-    /// [`Liveput::min_terminal_ms`] (none when the horizons are 0).
-    pub fn terminal_ms(&self, steps: usize, interval_ms: u64) -> f64 {
-        let horizons = self.terminal_horizons * steps as f64 * interval_ms as f64;
-        if self.terminal_horizons > 0.0 { horizons.max(self.min_terminal_ms) } else { horizons }
+    /// The terminal time of a plan at intervals of `interval_ms`:
+    /// [`Liveput::terminal_intervals`] intervals, at least
+    /// [`Liveput::min_terminal_ms`] (none when the intervals are 0),
+    /// whatever the plan's horizon.
+    pub fn terminal_ms(&self, interval_ms: u64) -> f64 {
+        let intervals = self.terminal_intervals * interval_ms as f64;
+        if self.terminal_intervals > 0.0 { intervals.max(self.min_terminal_ms) } else { intervals }
     }
 
     /// Counters of the transition cache.
@@ -128,7 +130,7 @@ impl Optimizer for Liveput {
         let churn = per_step(&self.churn);
         let options = PlanOptions {
             recovery: request.recovery,
-            terminal_ms: self.terminal_ms(steps.len(), request.interval_ms),
+            terminal_ms: self.terminal_ms(request.interval_ms),
             ..self.options
         };
         let mut plan_from = |options, churn: &[Vec<Churn>]| {
@@ -315,7 +317,7 @@ mod tests {
     /// A move's payback stays in view however often the host plans: the
     /// smallest speed-up worth a repartition on a steady fleet is about the
     /// same at 30 s intervals as at one minute with the terminal floor, and
-    /// far larger with horizons alone (which halve the terminal time).
+    /// far larger with intervals alone (which halve the terminal time).
     #[test]
     fn the_terminal_floor_keeps_a_move_s_payback_in_view_at_short_intervals() {
         let smallest_gain_taken = |interval_ms: u64, min_terminal_ms: f64| {
@@ -325,7 +327,7 @@ mod tests {
                     let profile = toy_profile(&[(1, 2, 10.0), (1, 3, 10.0 * (1.0 + gain))], 0.0);
                     let r = request(&profile, &[3; 8], 3, Some(ParallelConfig::new(1, 2)), interval_ms);
                     let mut optimizer =
-                        Liveput { terminal_horizons: 6.0, min_terminal_ms, ..Liveput::default() };
+                        Liveput { terminal_intervals: 48.0, min_terminal_ms, ..Liveput::default() };
                     optimizer.optimize(&r).unwrap().steps[0].config == Some(ParallelConfig::new(1, 3))
                 })
                 .expect("a large enough speed-up is worth the move")
@@ -335,16 +337,19 @@ mod tests {
         assert_eq!(
             minute,
             smallest_gain_taken(60_000, 0.0),
-            "at one minute the floor is the horizons' own time"
+            "at one minute the floor is the intervals' own time"
         );
-        let (floored, horizons_alone) =
+        let (floored, intervals_alone) =
             (smallest_gain_taken(30_000, floor), smallest_gain_taken(30_000, 0.0));
         assert!(floored <= 1.1 * minute, "30 s with the floor: {floored} against {minute} at one minute");
-        assert!(horizons_alone > 1.5 * minute, "30 s with horizons alone: {horizons_alone} against {minute}");
-        let liveput = Liveput { terminal_horizons: 6.0, min_terminal_ms: floor, ..Liveput::default() };
-        assert_eq!(liveput.terminal_ms(8, 120_000), 96.0 * 60_000.0, "longer intervals keep their horizons");
+        assert!(
+            intervals_alone > 1.5 * minute,
+            "30 s with intervals alone: {intervals_alone} against {minute}"
+        );
+        let liveput = Liveput { terminal_intervals: 48.0, min_terminal_ms: floor, ..Liveput::default() };
+        assert_eq!(liveput.terminal_ms(120_000), 96.0 * 60_000.0, "longer intervals keep their intervals");
         assert_eq!(
-            Liveput { terminal_horizons: 0.0, ..liveput }.terminal_ms(8, 30_000),
+            Liveput { terminal_intervals: 0.0, ..liveput }.terminal_ms(30_000),
             0.0,
             "no terminal value: no floor"
         );

@@ -67,7 +67,8 @@ const TRACES: [(&str, &str); 9] = [
 /// chooses among.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Setting {
-    /// The planner's terminal value, in horizons.
+    /// The planner's terminal value, in horizons of this example's H
+    /// ([`HORIZON`]; the policy counts it in intervals).
     terminal: f64,
     /// The guard's switching margin.
     margin: f64,
@@ -102,7 +103,7 @@ impl Setting {
     fn of_default() -> Setting {
         let d = GuardedLiveput::default();
         Setting {
-            terminal: d.planner.optimizer.terminal_horizons,
+            terminal: d.planner.optimizer.terminal_intervals / f64::from(HORIZON),
             margin: d.settings.margin,
             real_regret: d.settings.real_regret,
             significance: d.settings.significance,
@@ -128,7 +129,7 @@ impl Setting {
             trust_when_proven: self.trust,
             ..GuardSettings::default()
         });
-        guarded.planner.optimizer.terminal_horizons = self.terminal;
+        guarded.planner.optimizer.terminal_intervals = self.terminal * f64::from(HORIZON);
         guarded.planner.forecast = CountForecaster::new(self.forecast);
         guarded.planner.optimizer.defer_margin = self.defer;
         guarded.planner.estimator.max_extra = self.max_burst;

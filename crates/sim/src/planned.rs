@@ -4,7 +4,7 @@
 
 use crate::MigrationMode;
 use parcae_policy_core::plan::{self, PlanOptions, Step, TransitionCache};
-use parcae_policy_core::robust::DEFAULT_TERMINAL_HORIZONS;
+use parcae_policy_core::robust::DEFAULT_TERMINAL_INTERVALS;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
 use crate::{SimError, Simulator};
@@ -85,7 +85,7 @@ pub fn liveput_truth_under(
     for (k, stats) in series.iter().enumerate() {
         let window = &steps[k..(k + horizon).min(steps.len())];
         // The same terminal value as the default policy's planner.
-        let terminal_ms = DEFAULT_TERMINAL_HORIZONS * horizon as f64 * interval_ms as f64;
+        let terminal_ms = DEFAULT_TERMINAL_INTERVALS * interval_ms as f64;
         let options = PlanOptions { recovery, terminal_ms, ..PlanOptions::default() };
         let planned = plan::best_plan_with(
             profile,
