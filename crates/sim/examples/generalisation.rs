@@ -45,6 +45,8 @@ use parcae_sim::{
 };
 use parcae_traces::synth::{Scenario, SynthSpec};
 
+mod shared;
+
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
 const MODELS: [&str; 3] = ["gpt-1.5b", "gpt-6.7b", "bert"];
@@ -480,11 +482,7 @@ fn fresh_traces(seeds: &[u64]) -> Vec<ScoredTrace> {
 }
 
 fn main() {
-    let constants = CostConstants::load(Path::new("data/profiles/cost-constants.json")).expect("constants");
-    let text = std::fs::read_to_string("data/profiles/peer-constants.json")
-        .expect("data/profiles/peer-constants.json");
-    let peer_constants: PeerConstants = serde_json::from_str(&text).expect("peer constants parse");
-    peer_constants.validate().expect("peer constants are valid");
+    let (constants, peer_constants) = shared::constants();
     let args: Vec<String> = std::env::args().collect();
     let fresh_seeds: Vec<u64> = match args.iter().position(|a| a == "--fresh-seeds") {
         Some(i) => args

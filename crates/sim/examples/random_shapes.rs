@@ -29,6 +29,8 @@ use parcae_sim::{
 };
 use parcae_traces::synth::SynthSpec;
 
+mod shared;
+
 const HORIZON: u32 = 8;
 /// `(name, file)`; prices only weigh cost, never samples, so both use p3's.
 const PROFILES: [(&str, &str); 2] =
@@ -219,10 +221,7 @@ fn main() {
     let hours: f64 = args.get(2).map_or(24.0, |s| s.parse().expect("HOURS is a number"));
     let interval_ms: u64 =
         args.get(3).map_or(60, |s| s.parse::<u64>().expect("INTERVAL_SECONDS is a whole number")) * 1000;
-    let constants = CostConstants::load(Path::new("data/profiles/cost-constants.json")).expect("constants");
-    let text = std::fs::read_to_string("data/profiles/peer-constants.json")
-        .expect("data/profiles/peer-constants.json");
-    let peer_constants: PeerConstants = serde_json::from_str(&text).expect("peer constants parse");
+    let (constants, peer_constants) = shared::constants();
     let seeds: Vec<u64> = (first..=last).collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let next = std::sync::atomic::AtomicUsize::new(0);

@@ -34,6 +34,8 @@ use parcae_sim::{
 };
 use parcae_traces::{IntervalSeries, Trace};
 
+mod shared;
+
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
 const REFERENCE: &str = "data/traces/aws-p3/parcae-reference";
@@ -161,11 +163,7 @@ fn load(path: &str) -> Trace {
 }
 
 fn main() {
-    let constants = CostConstants::load(Path::new("data/profiles/cost-constants.json")).expect("constants");
-    let text = std::fs::read_to_string("data/profiles/peer-constants.json")
-        .expect("data/profiles/peer-constants.json");
-    let peer_constants: PeerConstants = serde_json::from_str(&text).expect("peer constants parse");
-    peer_constants.validate().expect("peer constants are valid");
+    let (constants, peer_constants) = shared::constants();
     let profiles =
         Profile::load(Path::new("data/profiles/p3-v100-parcae.json")).expect("the p3 profile loads");
     println!(
