@@ -355,6 +355,33 @@ mod tests {
         );
     }
 
+    /// Looking further ahead does not lengthen the terminal value: the
+    /// smallest speed-up worth a repartition on a steady fleet follows the
+    /// time the plan credits (horizon plus 48 intervals: 56 at H = 8, 72 at H
+    /// = 24), where a terminal value counted in horizons (six: 48 and 144
+    /// intervals) would cut it to a third and draw the planner to long holds.
+    #[test]
+    fn a_longer_horizon_does_not_lengthen_the_terminal_value() {
+        let smallest_gain_taken = |horizon: usize| {
+            (0..400)
+                .map(|i| 0.001 * 1.02f64.powi(i))
+                .find(|gain| {
+                    let profile = toy_profile(&[(1, 2, 10.0), (1, 3, 10.0 * (1.0 + gain))], 0.0);
+                    let r = request(&profile, &vec![3; horizon], 3, Some(ParallelConfig::new(1, 2)), 60_000);
+                    let mut optimizer = Liveput {
+                        terminal_intervals: 48.0,
+                        min_terminal_ms: 48.0 * 60_000.0,
+                        ..Liveput::default()
+                    };
+                    optimizer.optimize(&r).unwrap().steps[0].config == Some(ParallelConfig::new(1, 3))
+                })
+                .expect("a large enough speed-up is worth the move")
+        };
+        let (eight, twenty_four) = (smallest_gain_taken(8), smallest_gain_taken(24));
+        assert!(twenty_four < eight, "H = 24 sees more of the payback: {twenty_four} against {eight}");
+        assert!(twenty_four > 0.6 * eight, "H = 24: {twenty_four} against {eight} at H = 8");
+    }
+
     /// With a deference margin, the optimizer takes reactive's layout when the
     /// best plan's edge over the best plan starting there is within it, and
     /// keeps its own when the edge is larger.
