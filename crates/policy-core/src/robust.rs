@@ -108,6 +108,14 @@ pub const DEFAULT_TERMINAL_INTERVALS: f64 = 48.0;
 /// (at 2 minutes, 48 minutes instead of 96 left 5 behind against 1).
 pub const DEFAULT_MIN_TERMINAL_MS: f64 = 48.0 * crate::churn::STATED_INTERVAL_MS as f64;
 
+/// The default planner's terminal time at intervals of `interval_ms`
+/// ([`DEFAULT_TERMINAL_INTERVALS`], at least [`DEFAULT_MIN_TERMINAL_MS`]):
+/// for planners outside this policy that must credit the same, such as the
+/// simulator's liveput with the true future.
+pub fn default_terminal_ms(interval_ms: u64) -> f64 {
+    RobustLiveput::default().optimizer.terminal_ms(interval_ms)
+}
+
 impl Default for RobustLiveput {
     /// ARIMA, the default churn estimator, and the liveput program with a
     /// terminal value of [`DEFAULT_TERMINAL_INTERVALS`].

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use parcae_policy_core::mixed::{best_mixed, composition_profile};
 use parcae_policy_core::plan::{self, PlanOptions, TransitionCache};
-use parcae_policy_core::robust::DEFAULT_TERMINAL_INTERVALS;
+use parcae_policy_core::robust::default_terminal_ms;
 use parcae_policy_core::{ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
 use crate::{MigrationMode, Prices, SimError, SimResult, Simulator, plan_steps, summarize};
@@ -288,7 +288,7 @@ pub fn liveput_truth(
     let mut simulator = Simulator::with_recovery(first, interval_ms, MigrationMode::Live, recovery)?;
     let mut cache = TransitionCache::default();
     let mut decisions = Vec::with_capacity(series.len());
-    let terminal_ms = DEFAULT_TERMINAL_INTERVALS * interval_ms as f64;
+    let terminal_ms = default_terminal_ms(interval_ms);
     for (k, stats) in series.iter().enumerate() {
         let end = (k + horizon).min(steps.len());
         let options = PlanOptions { recovery, terminal_ms, ..PlanOptions::default() };

@@ -4,7 +4,7 @@
 
 use crate::MigrationMode;
 use parcae_policy_core::plan::{self, PlanOptions, Step, TransitionCache};
-use parcae_policy_core::robust::DEFAULT_TERMINAL_INTERVALS;
+use parcae_policy_core::robust::default_terminal_ms;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
 use crate::{SimError, Simulator};
@@ -82,10 +82,10 @@ pub fn liveput_truth_under(
     let mut simulator = Simulator::with_recovery(profile, interval_ms, MigrationMode::Live, recovery)?;
     let mut cache = TransitionCache::default();
     let mut decisions = Vec::with_capacity(series.len());
+    // The same terminal value as the default policy's planner.
+    let terminal_ms = default_terminal_ms(interval_ms);
     for (k, stats) in series.iter().enumerate() {
         let window = &steps[k..(k + horizon).min(steps.len())];
-        // The same terminal value as the default policy's planner.
-        let terminal_ms = DEFAULT_TERMINAL_INTERVALS * interval_ms as f64;
         let options = PlanOptions { recovery, terminal_ms, ..PlanOptions::default() };
         let planned = plan::best_plan_with(
             profile,
