@@ -3,9 +3,11 @@
 //!
 //! Announced losses (a notice) cost nothing if the state leaves in time:
 //! evacuate it to workers that stay when the transfer fits the notice, else
-//! write an emergency checkpoint within it. Only unannounced losses roll work
-//! back, so the periodic cadence is set from their observed rate alone
-//! (Young/Daly: interval = sqrt(2 x checkpoint cost x mean time between losses)).
+//! write an emergency checkpoint within it. Only unannounced losses, and
+//! announced ones whose state the notice could not save (the emergency
+//! checkpoint failed or outran it), roll work back, so the periodic cadence is
+//! set from their observed rate alone (Young/Daly: interval = sqrt(2 x
+//! checkpoint cost x mean time between losses)).
 
 use std::time::Duration;
 
@@ -26,6 +28,10 @@ pub struct LossObservations {
     pub elapsed: Duration,
     /// Holders lost without notice.
     pub unannounced_losses: u32,
+    /// Notices whose stranded state could not be saved in time (the emergency
+    /// checkpoint failed or outran the notice): they roll back as an
+    /// unannounced loss does, so they count the same for the cadence.
+    pub failed_notice_saves: u32,
     /// Mean wall time one checkpoint blocks training (the snapshot), if any was taken.
     pub checkpoint_cost: Option<Duration>,
     /// Mean wall time of one committed step, if any.
@@ -43,10 +49,11 @@ pub fn checkpoint_interval_steps(explicit: Option<u64>, seen: &LossObservations)
     let (Some(cost), Some(step)) = (seen.checkpoint_cost, seen.step_time) else {
         return DEFAULT_CHECKPOINT_STEPS;
     };
-    if seen.unannounced_losses == 0 || step.is_zero() {
+    let losses = seen.unannounced_losses + seen.failed_notice_saves;
+    if losses == 0 || step.is_zero() {
         return DEFAULT_CHECKPOINT_STEPS;
     }
-    let mtbf = seen.elapsed.as_secs_f64() / f64::from(seen.unannounced_losses);
+    let mtbf = seen.elapsed.as_secs_f64() / f64::from(losses);
     let interval = (2.0 * cost.as_secs_f64() * mtbf).sqrt();
     let steps = (interval / step.as_secs_f64()).round();
     (steps as u64).clamp(MIN_CHECKPOINT_STEPS, MAX_CHECKPOINT_STEPS)
@@ -89,6 +96,7 @@ mod tests {
         LossObservations {
             elapsed: Duration::from_secs(elapsed_s),
             unannounced_losses: losses,
+            failed_notice_saves: 0,
             checkpoint_cost: Some(Duration::from_millis(cost_ms)),
             step_time: Some(Duration::from_millis(step_ms)),
         }
@@ -105,6 +113,16 @@ mod tests {
         assert_eq!(checkpoint_interval_steps(None, &seen(4, 400, 500, 200)), 50);
         assert_eq!(checkpoint_interval_steps(None, &seen(50, 10, 1, 200)), MIN_CHECKPOINT_STEPS);
         assert_eq!(checkpoint_interval_steps(None, &seen(1, 100_000, 5_000, 10)), MAX_CHECKPOINT_STEPS);
+    }
+
+    #[test]
+    fn a_notice_that_could_not_save_the_state_counts_as_a_loss() {
+        let failed =
+            LossObservations { unannounced_losses: 0, failed_notice_saves: 4, ..seen(0, 400, 500, 200) };
+        assert_eq!(checkpoint_interval_steps(None, &failed), 50);
+        let mixed =
+            LossObservations { unannounced_losses: 2, failed_notice_saves: 2, ..seen(0, 400, 500, 200) };
+        assert_eq!(checkpoint_interval_steps(None, &mixed), 50);
     }
 
     #[test]

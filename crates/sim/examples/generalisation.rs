@@ -17,7 +17,8 @@
 //! `--settings 0,1` scores only those rows of the grid (they must hold the
 //! default). `--fresh-seeds 11,12` also scores the grid on traces generated
 //! afresh with those seeds (the stress shapes and the look-alikes, 24 h
-//! each): data nothing was chosen on.
+//! each): data nothing was chosen on. `--notices 30` scores other notices
+//! than AWS's 120 s and none (seconds, comma-separated; 0: unannounced).
 //!
 //! Beside each table, the default against reactive on every prefix of six
 //! hours or more of each trace, scored as a trace of its own: whether a
@@ -50,6 +51,7 @@ mod shared;
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
 const MODELS: [&str; 3] = ["gpt-1.5b", "gpt-6.7b", "bert"];
+/// The notices scored unless `--notices` says otherwise: AWS's and none.
 const NOTICES_S: [f64; 2] = [120.0, 0.0];
 
 /// `(family, trace file)`.
@@ -422,13 +424,14 @@ struct ScoredTrace {
 /// each of `grid`, on up to four threads; in the order of `traces`.
 fn run_all(
     traces: &[ScoredTrace],
+    notices_s: &[f64],
     grid: &[Setting],
     constants: &CostConstants,
     peer_constants: &PeerConstants,
 ) -> Vec<Case> {
     let jobs: Vec<(&ScoredTrace, &'static str, f64)> = traces
         .iter()
-        .flat_map(|t| MODELS.iter().flat_map(move |&m| NOTICES_S.iter().map(move |&n| (t, m, n))))
+        .flat_map(|t| MODELS.iter().flat_map(move |&m| notices_s.iter().map(move |&n| (t, m, n))))
         .collect();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     let next = std::sync::atomic::AtomicUsize::new(0);
@@ -493,6 +496,16 @@ fn main() {
             .collect(),
         None => Vec::new(),
     };
+    // `--notices 30` scores other notices (seconds; 0: unannounced).
+    let notices_s: Vec<f64> = match args.iter().position(|a| a == "--notices") {
+        Some(i) => args
+            .get(i + 1)
+            .expect("--notices takes a comma-separated list of seconds")
+            .split(',')
+            .map(|s| s.trim().parse().expect("--notices: seconds are numbers"))
+            .collect(),
+        None => NOTICES_S.to_vec(),
+    };
     let traces: Vec<ScoredTrace> = TRACES
         .iter()
         .map(|&(family, path)| ScoredTrace {
@@ -515,7 +528,7 @@ fn main() {
             .collect(),
         None => GRID.to_vec(),
     };
-    let cases = run_all(&traces, &grid, &constants, &peer_constants);
+    let cases = run_all(&traces, &notices_s, &grid, &constants, &peer_constants);
 
     // Leave one family out: on the remaining families, the setting that falls
     // least short of the two targets (the best other row, and 97% of
@@ -596,7 +609,15 @@ fn main() {
     print_prefixes("the table's traces", &cases);
     print_settings("the table's traces", &grid, &cases);
     if !fresh_seeds.is_empty() {
-        print_fresh(&fresh_traces(&fresh_seeds), &grid, default, &fresh_seeds, &constants, &peer_constants);
+        print_fresh(
+            &fresh_traces(&fresh_seeds),
+            &notices_s,
+            &grid,
+            default,
+            &fresh_seeds,
+            &constants,
+            &peer_constants,
+        );
     }
 }
 
@@ -639,13 +660,14 @@ fn print_settings(what: &str, grid: &[Setting], cases: &[Case]) {
 /// The default setting alone on traces generated afresh ([`fresh_traces`]).
 fn print_fresh(
     traces: &[ScoredTrace],
+    notices_s: &[f64],
     grid: &[Setting],
     default: usize,
     seeds: &[u64],
     constants: &CostConstants,
     peer_constants: &PeerConstants,
 ) {
-    let cases = run_all(traces, grid, constants, peer_constants);
+    let cases = run_all(traces, notices_s, grid, constants, peer_constants);
     println!("\nThe default on traces generated afresh (seeds {seeds:?}, none in the repository):\n");
     println!(
         "| trace | model | notice s | best other row | its % of Oracle | default: % of Oracle | default / best other |"

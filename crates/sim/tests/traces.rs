@@ -192,6 +192,54 @@ fn default_unannounced(file: &str, model: &str) -> (f64, f64, f64) {
     (default, best_reactive, oracle)
 }
 
+/// A notice is never worse than none: with 30 s, too short to write GPT-6.7B's
+/// stages, reactive on the fleet-wipes trace must roll back no more work
+/// than unannounced, and train no less. While the cadence counted no losses
+/// under any notice, 30 s rolled back to a 30-minute cadence, more than the
+/// unannounced Young/Daly one.
+#[test]
+fn a_notice_too_short_to_save_a_stage_rolls_back_no_more_than_none() {
+    use parcae_sim::cadence::with_young_daly_cadence;
+
+    let series = load(&shared().join("traces/synthetic/fleet-wipes.csv")).series(T).unwrap().intervals;
+    let profile = p3("gpt-6.7b");
+    let reactive_under = |notice_ms: f64| {
+        let recovery = constants().recovery(notice_ms).unwrap();
+        let system = with_young_daly_cadence(
+            &profile,
+            &series,
+            T,
+            &recovery,
+            constants().checkpoint_snapshot_bytes_per_ms(),
+        );
+        simulate_under(
+            &system,
+            &series,
+            T,
+            &reactive(&system, &series),
+            PRICES,
+            MigrationMode::Live,
+            recovery,
+        )
+        .unwrap()
+        .totals
+    };
+    let (unannounced, short) = (reactive_under(0.0), reactive_under(30_000.0));
+    assert!(short.lost_samples > 0.0, "30 s saves every GPT-6.7B stage: nothing tested");
+    assert!(
+        short.lost_samples <= unannounced.lost_samples,
+        "rolled back {} samples at 30 s, {} unannounced",
+        short.lost_samples,
+        unannounced.lost_samples
+    );
+    assert!(
+        short.samples >= unannounced.samples,
+        "{} at 30 s, {} unannounced",
+        short.samples,
+        unannounced.samples
+    );
+}
+
 /// The case where the default planner on ARIMA lost to reactive (g4dn,
 /// GPT-6.7B, unannounced: 95.5% of the Oracle against reactive's 96.2%):
 /// on the persistence forecast it must beat both reactive rows and reach 97%

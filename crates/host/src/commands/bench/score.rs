@@ -248,9 +248,10 @@ pub fn bench_trace(
             "written synchronously"
         };
         notes.push(format!(
-            "checkpoints {how} (Young/Daly for {:.1} expected unannounced losses of a whole stage), \
+            "checkpoints {how} (Young/Daly for {:.1} expected losses of a whole stage that the notice \
+             cannot save), \
              costing {:.1}% of throughput; such a loss rolls back {:.0} s on average",
-            parcae_sim::cadence::expected_rollbacks(profile, intervals),
+            parcae_sim::cadence::expected_rollbacks(profile, intervals, &recovery),
             100.0
                 * (1.0
                     - system

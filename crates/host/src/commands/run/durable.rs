@@ -78,6 +78,10 @@ pub struct Progress {
     pub next_worker: WorkerId,
     /// Workers lost without notice so far (the checkpoint cadence depends on their number).
     pub unannounced: Vec<WorkerId>,
+    /// Notices whose stranded state could not be saved in time (they count as losses
+    /// for the cadence too). Absent from job states written before it: none.
+    #[serde(default)]
+    pub failed_notice_saves: u32,
     /// The run ended normally: nothing to resume.
     pub finished: bool,
 }

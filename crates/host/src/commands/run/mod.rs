@@ -53,7 +53,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub spec: Option<PathBuf>,
     /// Take a periodic checkpoint every N committed steps (default: a Young/Daly
-    /// cadence from the observed rate of unannounced losses, 20 steps before the first).
+    /// cadence from the observed rate of losses that roll back: unannounced ones and
+    /// notices too short to save the state; 20 steps before the first).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
     /// Stop after N committed steps.

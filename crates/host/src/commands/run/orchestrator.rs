@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use parcae_cluster::job::{
-    JobCheckpoint, JobState, ReconfigureDecision, ReconfigureStats, StepReport, StepVerdict, WorkerContact,
-    effective_layout, settle_step,
+    JobCheckpoint, JobState, ReconfigureDecision, ReconfigureStats, RollbackCause, StepReport, StepVerdict,
+    WorkerContact, effective_layout, settle_step,
 };
 use parcae_cluster::protocol::{BackgroundWrite, Reply, WorkerCommand, WorkerReport};
 use parcae_cluster::recovery::{
@@ -119,6 +119,8 @@ struct Recovery {
     deadlines: BTreeMap<WorkerId, Instant>,
     /// Workers lost without notice.
     unannounced: BTreeSet<WorkerId>,
+    /// Notices whose stranded state the emergency checkpoint could not save.
+    failed_notice_saves: u32,
     /// Aggregate peer-to-peer transfer rate seen in migrations, bytes/s.
     transfer_rate: Option<f64>,
     pending: Option<PendingCheckpoint>,
@@ -136,6 +138,7 @@ impl Recovery {
         LossObservations {
             elapsed,
             unannounced_losses: self.unannounced.len() as u32,
+            failed_notice_saves: self.failed_notice_saves,
             checkpoint_cost: mean(&self.checkpoint_waits),
             // The last 20 steps: the layout changes what a step costs.
             step_time: mean(&self.step_times[self.step_times.len().saturating_sub(20)..]),
@@ -182,6 +185,7 @@ pub async fn run_job(
     let mut recovery = Recovery {
         deadlines: BTreeMap::new(),
         unannounced: BTreeSet::new(),
+        failed_notice_saves: 0,
         transfer_rate: None,
         pending: None,
         last_periodic_step: 0,
@@ -195,7 +199,11 @@ pub async fn run_job(
     let mut interval_counts = IntervalStats::default();
     let mut next_interval = 0usize;
     match resume {
-        None => log.event(RunEvent::Cadence { every_steps: cadence, unannounced_losses: 0 }),
+        None => log.event(RunEvent::Cadence {
+            every_steps: cadence,
+            unannounced_losses: 0,
+            failed_notice_saves: 0,
+        }),
         Some(ResumeFrom { progress, checkpoint }) => {
             // Restart from the newest complete checkpoint (or from the seed), at the trace
             // position and with the history the dead host had.
@@ -216,6 +224,7 @@ pub async fn run_job(
             // new workers are in differs from it and restarts the job from the checkpoint
             // (restoring the dead host's wish made that decision look like no change).
             recovery.unannounced = progress.unannounced.into_iter().collect();
+            recovery.failed_notice_saves = progress.failed_notice_saves;
             recovery.last_periodic_step = from_step;
             history = progress.history;
             interval_counts = progress.interval_counts;
@@ -500,6 +509,7 @@ fn progress_of(job: &JobState, recovery: &Recovery) -> Progress {
         epoch: job.epoch,
         attempts: job.attempts,
         unannounced: recovery.unannounced.iter().copied().collect(),
+        failed_notice_saves: recovery.failed_notice_saves,
         ..Progress::default()
     }
 }
@@ -513,6 +523,7 @@ fn update_cadence(settings: &RunSettings, recovery: &mut Recovery, elapsed: Dura
         log.event(RunEvent::Cadence {
             every_steps: every,
             unannounced_losses: recovery.unannounced.len() as u32,
+            failed_notice_saves: recovery.failed_notice_saves,
         });
     }
 }
@@ -674,6 +685,11 @@ async fn reconfigure(
         "reconfigured"
     );
     if let Some(cause) = outcome.rollback_cause {
+        if cause == RollbackCause::NoticeTooShort {
+            // Neither evacuation nor the emergency checkpoint saved the state in time:
+            // a loss the periodic cadence must cover, as an unannounced one.
+            recovery.failed_notice_saves += 1;
+        }
         let steps = outcome.rolled_back_steps;
         log.event(RunEvent::RolledBack { steps, samples: steps * settings.spec.global_batch as u64, cause });
     }

@@ -123,6 +123,9 @@ pub enum RunEvent {
     Cadence {
         every_steps: u64,
         unannounced_losses: u32,
+        /// Notices whose stranded state could not be saved in time.
+        #[serde(default)]
+        failed_notice_saves: u32,
     },
     Failure {
         what: String,
