@@ -92,3 +92,39 @@ fn a_fleet_wipe_without_notice_loses_at_most_the_work_since_the_last_periodic_ch
     assert!(worst < 1e-3, "parameters diverged from the uninterrupted run by {worst}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A notice too short for the emergency checkpoint (1 ms of trace time): the wipe rolls
+/// back like an unannounced one, and counts like one for the periodic cadence.
+#[test]
+fn a_fleet_wipe_whose_notice_is_too_short_rolls_back_and_counts_for_the_cadence() {
+    let dir = scratch("fleet-wipe-short-notice");
+    let log =
+        run_host(&dir, &trace(), &["--wall-seconds-per-interval", "4", "--grace-seconds", "0.001"], &[]);
+    let summary = &log["summary"];
+    // Four preemptions, all with notice (read too late to act on: still counted).
+    assert_eq!(count(summary, "preemptions"), 4, "{summary}");
+    assert_eq!(count(summary, "unannounced_kills"), 0, "{summary}");
+    assert_eq!(count(summary, "rolled_back_steps_unannounced"), 0, "{summary}");
+    let rolled_back: Vec<&serde_json::Value> = events(&log, "rolled-back");
+    assert!(!rolled_back.is_empty(), "nothing rolled back: {summary}");
+    assert!(rolled_back.iter().all(|e| e["cause"] == "notice-too-short"), "{rolled_back:?}");
+    let lost: u64 = rolled_back.iter().map(|e| e["steps"].as_u64().unwrap()).sum();
+    assert_eq!(count(summary, "rolled_back_steps_notice_too_short"), lost);
+    // The cadence was 20 steps with no loss seen; the loss makes it shorter.
+    let cadences = events(&log, "cadence");
+    assert_eq!(cadences[0]["every_steps"], 20, "{cadences:?}");
+    let after = cadences.iter().find(|e| e["failed_notice_saves"].as_u64() >= Some(1));
+    let after = after.unwrap_or_else(|| panic!("no cadence counted the loss: {cadences:?}"));
+    assert!(after["every_steps"].as_u64().unwrap() < 20, "{after}");
+    // The simulator replays the rollback at the run's own cadence, not the profile's
+    // 30 minutes (which rolled back more than the run ever trained).
+    let fidelity = summary["fidelity"]["comparisons"].as_array().expect("fidelity comparisons");
+    let metric = |name: &str| fidelity.iter().find(|c| c["metric"] == name).expect(name);
+    let simulated_rollback = metric("work rolled back")["simulated"].as_f64().unwrap();
+    let trained = metric("samples (net of rollbacks)")["measured"].as_f64().unwrap();
+    assert!(
+        simulated_rollback > 0.0 && simulated_rollback < trained / 4.0,
+        "{simulated_rollback} of {trained}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

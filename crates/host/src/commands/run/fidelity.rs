@@ -15,7 +15,7 @@ use parcae_policy_core::liveput::Placement;
 use parcae_sim::{MigrationMode, Prices, SimResult, Simulator, Totals};
 use serde::Serialize;
 
-use super::report::{RunContext, RunEvent, Timed};
+use super::report::{CheckpointReason, RunContext, RunEvent, Timed};
 use crate::control::{self, ControlSettings};
 use crate::record::{BenchRecord, RowKind, RowLabel};
 
@@ -215,6 +215,8 @@ impl Victims {
 /// What the run measured, from its events.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Measured {
+    /// Steps committed (a step redone after a rollback counts again).
+    steps: usize,
     samples_trained: f64,
     samples_rolled_back: f64,
     step_seconds: f64,
@@ -232,6 +234,7 @@ fn measure(events: &[Timed]) -> Measured {
     for e in events {
         match &e.event {
             RunEvent::Step { samples, millis, .. } => {
+                m.steps += 1;
                 m.samples_trained += *samples as f64;
                 m.step_seconds += millis / 1000.0;
             }
@@ -259,6 +262,36 @@ fn measure(events: &[Timed]) -> Measured {
     m
 }
 
+/// The checkpoint interval, ms, whose half is the work a loss rolls back on average in
+/// this run: the mean steps between its periodic checkpoints at its mean step period, plus
+/// two of their mean writes (a loss during a write falls back to the one before, as
+/// `parcae_sim::cadence` prices it). `None` with fewer than two periodic checkpoints.
+///
+/// The profile's `checkpoint_interval_ms` is a deployment's (30 minutes by default),
+/// while `run` checkpoints every few steps (Young/Daly on its losses): simulated with the
+/// profile's, one loss rolled back more work than the whole run had trained.
+fn run_checkpoint_interval_ms(events: &[Timed], measured: &Measured) -> Option<f64> {
+    let periodic: Vec<(u64, f64)> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            RunEvent::Checkpointed { step, write_millis, reason: CheckpointReason::Periodic, .. } => {
+                Some((*step, *write_millis))
+            }
+            _ => None,
+        })
+        .collect();
+    // A rollback steps back: a checkpoint before an older step is no gap.
+    let gaps: Vec<u64> = periodic.windows(2).filter_map(|w| w[1].0.checked_sub(w[0].0)).collect();
+    if gaps.is_empty() || measured.steps == 0 {
+        return None;
+    }
+    let mean_gap_steps = gaps.iter().sum::<u64>() as f64 / gaps.len() as f64;
+    let step_ms = 1000.0 * measured.step_seconds / measured.steps as f64;
+    let write_ms = periodic.iter().map(|(_, w)| w).sum::<f64>() / periodic.len() as f64;
+    let interval = mean_gap_steps * step_ms + 2.0 * write_ms;
+    (interval.is_finite() && interval > 0.0).then_some(interval)
+}
+
 /// Simulates the run (see the module docs) and compares. `policy` is a fresh instance
 /// of the run's policy, for the replayed decisions. Errors when the simulator refuses
 /// the run's layouts (a layout the profile does not list).
@@ -277,8 +310,15 @@ pub fn predict(
         .collect();
     let control = inputs.control;
     let victims = victims(events, series.len());
+    let m = measure(events);
+    // Rollbacks at the run's own checkpoint cadence; the policy is replayed on the
+    // profile it was given.
+    let mut profile = inputs.profile.clone();
+    if let Some(interval_ms) = run_checkpoint_interval_ms(events, &m) {
+        profile.checkpoint_interval_ms = interval_ms;
+    }
     let mut simulator =
-        Simulator::with_recovery(inputs.profile, control.interval_ms, MigrationMode::Live, control.recovery)?;
+        Simulator::with_recovery(&profile, control.interval_ms, MigrationMode::Live, control.recovery)?;
     let mut records = Vec::with_capacity(series.len());
     let mut realized_intervals = 0;
     for (k, (stats, &to)) in series.iter().zip(&layouts).enumerate() {
@@ -303,7 +343,6 @@ pub fn predict(
             disagreements.push(Disagreement { interval: k, run: pair(run), replayed: pair(&again.config) });
         }
     }
-    let m = measure(events);
     let interval_s = control.interval_ms as f64 / 1000.0;
     let mut sim_by_kind = [0.0; 5];
     let (mut sim_training_s, mut sim_trained, mut sim_cold_s) = (0.0, 0.0, 0.0);
@@ -466,6 +505,35 @@ mod tests {
 
     fn timed(t_s: f64, event: RunEvent) -> Timed {
         Timed { t_s, event }
+    }
+
+    #[test]
+    fn rollbacks_are_simulated_at_the_runs_own_checkpoint_cadence() {
+        let step = || RunEvent::Step {
+            step: 0,
+            loss: 1.0,
+            samples: 32,
+            millis: 100.0,
+            data_parallel: 1,
+            pipeline_stages: 1,
+        };
+        let periodic = |step| RunEvent::Checkpointed {
+            step,
+            bytes: 1,
+            millis: 1.0,
+            write_millis: 20.0,
+            reason: CheckpointReason::Periodic,
+            location: String::new(),
+        };
+        let mut events: Vec<Timed> = (0..10).map(|k| timed(k as f64, step())).collect();
+        assert_eq!(run_checkpoint_interval_ms(&events, &measure(&events)), None, "no checkpoint");
+        events.push(timed(10.0, periodic(5)));
+        assert_eq!(run_checkpoint_interval_ms(&events, &measure(&events)), None, "one checkpoint");
+        // Every 5 steps of 100 ms, plus two writes of 20 ms; a rollback to step 5 and a
+        // checkpoint at step 8 after it make no gap of their own.
+        events.extend([timed(11.0, periodic(10)), timed(12.0, periodic(15)), timed(13.0, periodic(8))]);
+        let interval = run_checkpoint_interval_ms(&events, &measure(&events)).unwrap();
+        assert!((interval - 540.0).abs() < 1e-9, "{interval}");
     }
 
     #[test]
