@@ -39,11 +39,8 @@ use parcae_policy_core::count_forecast::{CountForecaster, ForecastChoice};
 use parcae_policy_core::guard::{GuardSettings, GuardedLiveput};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
-use parcae_sim::peers::{self, PeerConstants};
-use parcae_sim::{
-    MigrationMode, Peer, PeerSettings, Prices, SimResult, drive_native, oracle_under, reactive,
-    simulate_under,
-};
+use parcae_sim::peers::PeerConstants;
+use parcae_sim::{MigrationMode, Prices, SimResult, drive_native, oracle_under, simulate_under};
 use parcae_traces::synth::{Scenario, SynthSpec};
 
 mod shared;
@@ -380,23 +377,23 @@ fn run_case(
     let score = |d: &[Option<ParallelConfig>], mode| run(d, mode).totals.samples;
     let per_interval = |r: &SimResult| r.intervals.iter().map(|i| i.samples).collect::<Vec<f64>>();
     let oracle = score(&oracle_under(&system, series, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
-    let reactive_plan = reactive(&system, series);
-    let reactive_run = run(&reactive_plan, MigrationMode::Live);
-    let reactive_per_interval = per_interval(&reactive_run);
+    let others = shared::other_rows(
+        &system,
+        &profile,
+        series,
+        INTERVAL_MS,
+        prices,
+        recovery,
+        notice_s * 1000.0,
+        peer_constants,
+    );
+    let reactive_per_interval = per_interval(&others[0].1);
     let mut prefixes = Prefixes::default();
-    let mut others = vec![
-        (reactive_run.totals.samples, "reactive".to_string()),
-        (score(&reactive_plan, MigrationMode::RestartOnChange), "reactive-restart".to_string()),
-    ];
-    let peer_settings = PeerSettings { interval_ms: INTERVAL_MS, prices, runs: 16, seed: 1 };
-    for peer in [Peer::Bamboo, Peer::Varuna, Peer::Oobleck] {
-        if let Ok(run) =
-            peers::run(peer, &profile, series, peer_constants, &peer_settings, (notice_s * 1000.0) as u64)
-        {
-            others.push((run.result.totals.samples, peer.as_str().to_string()));
-        }
-    }
-    let best_other = others.into_iter().max_by(|a, b| a.0.total_cmp(&b.0)).unwrap();
+    let best_other = others
+        .into_iter()
+        .map(|(name, result)| (result.totals.samples, name))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap();
     let policy = grid
         .iter()
         .map(|setting| {

@@ -23,10 +23,8 @@ use parcae_policy_core::ParallelConfig;
 use parcae_policy_core::guard::GuardedLiveput;
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
-use parcae_sim::peers::{self, PeerConstants};
-use parcae_sim::{
-    MigrationMode, Peer, PeerSettings, Prices, drive_native, oracle_under, reactive, simulate_under,
-};
+use parcae_sim::peers::PeerConstants;
+use parcae_sim::{MigrationMode, Prices, drive_native, oracle_under, simulate_under};
 use parcae_traces::synth::SynthSpec;
 
 mod shared;
@@ -157,25 +155,21 @@ fn score(
         simulate_under(&system, &series, interval_ms, d, prices, mode, recovery).unwrap().totals.samples
     };
     let oracle = run(&oracle_under(&system, &series, interval_ms, recovery).unwrap(), MigrationMode::Live);
-    let reactive_plan = reactive(&system, &series);
-    let mut others = vec![
-        (run(&reactive_plan, MigrationMode::Live), "reactive"),
-        (run(&reactive_plan, MigrationMode::RestartOnChange), "reactive-restart"),
-    ];
-    let peer_settings = PeerSettings { interval_ms, prices, runs: 16, seed: 1 };
-    for peer in [Peer::Bamboo, Peer::Varuna, Peer::Oobleck] {
-        if let Ok(result) = peers::run(
-            peer,
-            &profile,
-            &series,
-            peer_constants,
-            &peer_settings,
-            (drawn.notice_s * 1000.0) as u64,
-        ) {
-            others.push((result.result.totals.samples, peer.as_str()));
-        }
-    }
-    let (best, best_name) = others.into_iter().max_by(|a, b| a.0.total_cmp(&b.0)).unwrap();
+    let others = shared::other_rows(
+        &system,
+        &profile,
+        &series,
+        interval_ms,
+        prices,
+        recovery,
+        drawn.notice_s * 1000.0,
+        peer_constants,
+    );
+    let (best, best_name) = others
+        .into_iter()
+        .map(|(name, result)| (result.totals.samples, name))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap();
     let mut policy = GuardedLiveput::default();
     let decisions = drive_native(&mut policy, &series, &system, recovery, interval_ms, HORIZON)
         .expect("the native policy does not fail on a profiled model");

@@ -27,10 +27,9 @@ use parcae_policy_core::guard::GuardedLiveput;
 use parcae_policy_core::{ModelProfile, ParallelConfig};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::cadence::with_young_daly_cadence;
-use parcae_sim::peers::{self, PeerConstants};
+use parcae_sim::peers::PeerConstants;
 use parcae_sim::{
-    ArtifactStrategy, MigrationMode, Peer, PeerSettings, Prices, SimResult, drive_native, oracle_under,
-    reactive, simulate_under,
+    ArtifactStrategy, MigrationMode, Prices, SimResult, drive_native, oracle_under, simulate_under,
 };
 use parcae_traces::{IntervalSeries, Trace};
 
@@ -95,11 +94,19 @@ impl Rows {
         let decisions = drive_native(&mut default, intervals, &system, recovery, INTERVAL_MS, HORIZON)
             .expect("the native policy does not fail on a profiled model");
         let default = run(&decisions, MigrationMode::Live);
-        let reactive_plan = reactive(&system, intervals);
-        let mut others = vec![
-            ("reactive".to_string(), run(&reactive_plan, MigrationMode::Live)),
-            ("reactive-restart".to_string(), run(&reactive_plan, MigrationMode::RestartOnChange)),
-        ];
+        let mut others: Vec<(String, Vec<f64>)> = shared::other_rows(
+            &system,
+            profile,
+            intervals,
+            INTERVAL_MS,
+            PRICES,
+            recovery,
+            notice_s * 1000.0,
+            peer_constants,
+        )
+        .into_iter()
+        .map(|(name, result)| (name, samples(&result)))
+        .collect();
         // The artifact's rows that decide without the true future.
         let reference = trace.reference().expect("the artifact's files carry its decisions");
         for strategy in [ArtifactStrategy::ThroughputOpt, ArtifactStrategy::LiveputPredict] {
@@ -108,14 +115,6 @@ impl Rows {
                 format!("artifact:{}", strategy.as_str()),
                 run(&replay.decisions, MigrationMode::Live),
             ));
-        }
-        let settings = PeerSettings { interval_ms: INTERVAL_MS, prices: PRICES, runs: 16, seed: 1 };
-        for peer in [Peer::Bamboo, Peer::Varuna, Peer::Oobleck] {
-            if let Ok(run) =
-                peers::run(peer, profile, intervals, peer_constants, &settings, (notice_s * 1000.0) as u64)
-            {
-                others.push((peer.as_str().to_string(), samples(&run.result)));
-            }
         }
         Rows { oracle, default, others }
     }

@@ -1,11 +1,14 @@
 //! What the examples that score the default against every baseline and
 //! peer share: the project's constants, loaded from `data/profiles` (the
-//! examples run from the workspace root) and checked.
+//! examples run from the workspace root) and checked, and the rows the
+//! default is held against.
 
 use std::path::Path;
 
+use parcae_policy_core::{IntervalStats, ModelProfile, Recovery};
 use parcae_profile::CostConstants;
-use parcae_sim::peers::PeerConstants;
+use parcae_sim::peers::{self, PeerConstants};
+use parcae_sim::{MigrationMode, Peer, PeerSettings, Prices, SimResult, reactive, simulate_under};
 
 /// The cost model's constants and the peers' (every peer constant cited and
 /// in range), from `data/profiles/cost-constants.json` and
@@ -17,4 +20,37 @@ pub fn constants() -> (CostConstants, PeerConstants) {
     let peer_constants: PeerConstants = serde_json::from_str(&text).expect("peer constants parse");
     peer_constants.validate().expect("peer constants are valid");
     (constants, peer_constants)
+}
+
+/// Every row the default is held against, scored on `series` as `bench`
+/// scores them: reactive with live migrations and with a restart on every
+/// change (both on `system`, the profile at our checkpoint cadence), and the
+/// three peers, which model their own recovery on `profile` (a peer that
+/// cannot run the model is left out). `(row name, its simulation)`.
+#[allow(clippy::too_many_arguments, reason = "the case's trace, profiles, deployment and prices")]
+pub fn other_rows(
+    system: &ModelProfile,
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    prices: Prices,
+    recovery: Recovery,
+    notice_ms: f64,
+    peer_constants: &PeerConstants,
+) -> Vec<(String, SimResult)> {
+    let run = |mode| {
+        simulate_under(system, series, interval_ms, &reactive(system, series), prices, mode, recovery)
+            .expect("reactive's layouts are the profile's")
+    };
+    let mut rows = vec![
+        ("reactive".to_string(), run(MigrationMode::Live)),
+        ("reactive-restart".to_string(), run(MigrationMode::RestartOnChange)),
+    ];
+    let settings = PeerSettings { interval_ms, prices, runs: 16, seed: 1 };
+    for peer in [Peer::Bamboo, Peer::Varuna, Peer::Oobleck] {
+        if let Ok(run) = peers::run(peer, profile, series, peer_constants, &settings, notice_ms as u64) {
+            rows.push((peer.as_str().to_string(), run.result));
+        }
+    }
+    rows
 }
