@@ -266,37 +266,31 @@ pub async fn run_job(
                     log.event(RunEvent::Allocated { worker: id, node });
                 }
                 CloudNote::Notice { node } => {
-                    let Some(id) = fleet.live_worker_for(&node) else {
+                    let deadline = Instant::now() + settings.grace;
+                    let id = match (fleet.live_worker_for(&node), fleet.worker_started_for(&node)) {
+                        (Some(id), _) => {
+                            fleet.notice(id, settings.grace, settings.command_timeout).await;
+                            id
+                        }
                         // A notice shorter than one step: the worker died mid-step, before
                         // its notice was read. Still a preemption with (too short a) notice,
                         // unless its loss was counted already.
-                        match fleet.worker_started_for(&node) {
-                            Some(id)
-                                if !recovery.unannounced.contains(&id)
-                                    && !recovery.deadlines.contains_key(&id) =>
-                            {
-                                warn!(%node, worker = id, "notice read after the worker died: too short to act on");
-                                interval_counts.preemptions += 1;
-                                fleet_changed = true;
-                                job.dirty = true;
-                                recovery.deadlines.insert(id, Instant::now());
-                                log.event(RunEvent::Notice {
-                                    worker: id,
-                                    node,
-                                    grace_ms: settings.grace.as_millis() as u64,
-                                    source: "trace".into(),
-                                    detail: None,
-                                });
-                            }
-                            _ => warn!(%node, "notice for an instance that is not running; ignored"),
+                        (None, Some(id))
+                            if !recovery.unannounced.contains(&id)
+                                && !recovery.deadlines.contains_key(&id) =>
+                        {
+                            warn!(%node, worker = id, "notice read after the worker died: too short to act on");
+                            id
                         }
-                        continue;
+                        _ => {
+                            warn!(%node, "notice for an instance that is not running; ignored");
+                            continue;
+                        }
                     };
                     interval_counts.preemptions += 1;
                     fleet_changed = true;
                     job.dirty = true;
-                    recovery.deadlines.insert(id, Instant::now() + settings.grace);
-                    fleet.notice(id, settings.grace, settings.command_timeout).await;
+                    recovery.deadlines.insert(id, deadline);
                     log.event(RunEvent::Notice {
                         worker: id,
                         node,
