@@ -481,28 +481,26 @@ fn fresh_traces(seeds: &[u64]) -> Vec<ScoredTrace> {
     traces
 }
 
+/// The comma-separated list after `flag` in `args` (`None` without the flag);
+/// exits with a message naming the flag on a value that does not parse.
+fn list_arg<T: std::str::FromStr>(args: &[String], flag: &str, what: &str) -> Option<Vec<T>> {
+    let i = args.iter().position(|a| a == flag)?;
+    let list = args.get(i + 1).unwrap_or_else(|| panic!("{flag} takes a comma-separated list of {what}"));
+    Some(
+        list.split(',')
+            .map(|s| s.trim().parse().unwrap_or_else(|_| panic!("{flag}: {s:?}: expected {what}")))
+            .collect(),
+    )
+}
+
 fn main() {
     let (constants, peer_constants) = shared::constants();
     let args: Vec<String> = std::env::args().collect();
-    let fresh_seeds: Vec<u64> = match args.iter().position(|a| a == "--fresh-seeds") {
-        Some(i) => args
-            .get(i + 1)
-            .expect("--fresh-seeds takes a comma-separated list of seeds")
-            .split(',')
-            .map(|s| s.trim().parse().expect("--fresh-seeds: seeds are unsigned integers"))
-            .collect(),
-        None => Vec::new(),
-    };
+    let fresh_seeds: Vec<u64> =
+        list_arg(&args, "--fresh-seeds", "seeds (unsigned integers)").unwrap_or_default();
     // `--notices 30` scores other notices (seconds; 0: unannounced).
-    let notices_s: Vec<f64> = match args.iter().position(|a| a == "--notices") {
-        Some(i) => args
-            .get(i + 1)
-            .expect("--notices takes a comma-separated list of seconds")
-            .split(',')
-            .map(|s| s.trim().parse().expect("--notices: seconds are numbers"))
-            .collect(),
-        None => NOTICES_S.to_vec(),
-    };
+    let notices_s: Vec<f64> = list_arg(&args, "--notices", "seconds (numbers; 0: unannounced)")
+        .unwrap_or_else(|| NOTICES_S.to_vec());
     let traces: Vec<ScoredTrace> = TRACES
         .iter()
         .map(|&(family, path)| ScoredTrace {
@@ -516,12 +514,12 @@ fn main() {
         })
         .collect();
     // `--settings 0,1` scores only those rows of the grid (quicker).
-    let grid: Vec<Setting> = match args.iter().position(|a| a == "--settings") {
-        Some(i) => args
-            .get(i + 1)
-            .expect("--settings takes a comma-separated list of grid rows")
-            .split(',')
-            .map(|s| GRID[s.trim().parse::<usize>().expect("--settings: rows are unsigned integers")])
+    let grid: Vec<Setting> = match list_arg::<usize>(&args, "--settings", "grid rows (indices from 0)") {
+        Some(rows) => rows
+            .into_iter()
+            .map(|row| {
+                *GRID.get(row).unwrap_or_else(|| panic!("--settings: row {row}: the grid has {}", GRID.len()))
+            })
             .collect(),
         None => GRID.to_vec(),
     };
