@@ -223,6 +223,44 @@ impl<'a> Compositions<'a> {
         f(&mut self.union);
         f(&mut self.stopped);
     }
+
+    /// Puts every view on the Young/Daly checkpoint cadence of `series` under `recovery`
+    /// ([`crate::cadence::with_young_daly_cadence`], from the union's costs: a single-type
+    /// fleet's rule), every composition paying the same share of its throughput for it.
+    /// The share kept, when the cadence changed (`None`: the profiles' cadence stands).
+    pub fn at_young_daly_cadence(
+        &mut self,
+        series: &[IntervalStats],
+        interval_ms: u64,
+        recovery: &Recovery,
+        snapshot_bytes_per_ms: Option<f64>,
+    ) -> Option<f64> {
+        let adjusted = crate::cadence::with_young_daly_cadence(
+            &self.union,
+            series,
+            interval_ms,
+            recovery,
+            snapshot_bytes_per_ms,
+        );
+        if adjusted.checkpoint_interval_ms == self.union.checkpoint_interval_ms {
+            return None;
+        }
+        let keep = match (adjusted.configs.first(), self.union.configs.first()) {
+            (Some(a), Some(u)) if u.samples_per_second > 0.0 => a.samples_per_second / u.samples_per_second,
+            _ => 1.0,
+        };
+        let cadence = adjusted.checkpoint_interval_ms;
+        self.adjust(|p| {
+            p.checkpoint_interval_ms = cadence;
+            for c in &mut p.configs {
+                c.samples_per_second *= keep;
+                if c.iteration_ms > 0.0 {
+                    c.iteration_ms /= keep;
+                }
+            }
+        });
+        Some(keep)
+    }
 }
 
 /// The scoring view of each interval of `fleet` ([`Compositions::prepare`]d for it).

@@ -142,33 +142,13 @@ pub fn bench_mixed(
 
     // The same Young/Daly cadence as a single-type bench, from the union's costs; every
     // composition pays the same share of its throughput for it.
-    let adjusted = parcae_sim::cadence::with_young_daly_cadence(
-        compositions.union(),
-        intervals,
-        interval_ms,
-        &recovery,
-        settings.snapshot_bytes_per_ms,
-    );
-    let union = compositions.union();
-    if adjusted.checkpoint_interval_ms != union.checkpoint_interval_ms {
-        let keep = match (adjusted.configs.first(), union.configs.first()) {
-            (Some(a), Some(u)) if u.samples_per_second > 0.0 => a.samples_per_second / u.samples_per_second,
-            _ => 1.0,
-        };
-        let cadence = adjusted.checkpoint_interval_ms;
+    if let Some(keep) =
+        compositions.at_young_daly_cadence(intervals, interval_ms, &recovery, settings.snapshot_bytes_per_ms)
+    {
         notes.push(format!(
             "checkpoints at the Young/Daly cadence for the union fleet, costing {:.1}% of throughput",
             100.0 * (1.0 - keep)
         ));
-        compositions.adjust(|p| {
-            p.checkpoint_interval_ms = cadence;
-            for c in &mut p.configs {
-                c.samples_per_second *= keep;
-                if c.iteration_ms > 0.0 {
-                    c.iteration_ms /= keep;
-                }
-            }
-        });
     }
     let planning: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.planning(c)).collect();
     let scoring = sim_mixed::scoring_views(&compositions, &fleet);

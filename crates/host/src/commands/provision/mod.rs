@@ -556,7 +556,9 @@ fn simulated_row(
 }
 
 /// Runs a mixed request through the policy and scores it, each interval with its
-/// composition's profile (see [`mix`]); `progress` advances one unit per interval.
+/// composition's profile (see [`mix`]) at the Young/Daly checkpoint cadence, as `bench`
+/// scores a mixed fleet; `progress` advances one unit per interval.
+#[expect(clippy::too_many_arguments, reason = "one call site; the settings of one simulated candidate")]
 fn simulate_mix(
     offers: &[&LoadedOffer],
     requested: &[u32],
@@ -564,12 +566,14 @@ fn simulate_mix(
     policy: &mut GuardedPolicy,
     horizon: u32,
     recovery: Recovery,
+    snapshot_bytes_per_ms: Option<f64>,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<(mix::MixedFleet, parcae_sim::SimResult)> {
     let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
     let fleet = mix::requested_fleet(&markets, requested);
     let mut compositions = mix::Compositions::new(offers.iter().map(|o| &o.profile).collect());
     compositions.prepare(&fleet.counts);
+    compositions.at_young_daly_cadence(&fleet.series, interval_ms, &recovery, snapshot_bytes_per_ms);
     let planning: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.planning(c)).collect();
     let fleet_max = fleet.series.iter().map(|s| s.instances).max().unwrap_or(0);
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
@@ -858,6 +862,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
                 &mut policy,
                 args.horizon,
                 recovery,
+                constants.checkpoint_snapshot_bytes_per_ms(),
                 &progress,
             )
             .with_context(|| format!("simulating {}", c.offer))?;
@@ -879,8 +884,17 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         };
         let mut policy = policies.guarded();
         let (recovery, _) = args.notice.recovery_for(&l.offer.trace, &constants)?;
-        let result = simulate_candidate(
+        // Checkpoints at the cadence `run` keeps and `bench` scores: Young/Daly on the
+        // losses the notice cannot save.
+        let system = parcae_sim::cadence::with_young_daly_cadence(
             &l.profile,
+            &series,
+            interval_ms,
+            &recovery,
+            constants.checkpoint_snapshot_bytes_per_ms(),
+        );
+        let result = simulate_candidate(
+            &system,
             &series,
             interval_ms,
             l.prices,
