@@ -4,8 +4,8 @@
 //! Announced losses (a notice) cost nothing if the state leaves in time:
 //! evacuate it to workers that stay when the transfer fits the notice, else
 //! write an emergency checkpoint within it. Only unannounced losses, and
-//! announced ones whose state the notice could not save (the emergency
-//! checkpoint failed or outran it), roll work back, so the periodic cadence is
+//! announced ones whose state the notice could not save (neither finished
+//! within it), roll work back, so the periodic cadence is
 //! set from their observed rate alone (Young/Daly: interval = sqrt(2 x
 //! checkpoint cost x mean time between losses)).
 
@@ -28,9 +28,10 @@ pub struct LossObservations {
     pub elapsed: Duration,
     /// Holders lost without notice.
     pub unannounced_losses: u32,
-    /// Notices whose stranded state could not be saved in time (the emergency
-    /// checkpoint failed or outran the notice): they roll back as an
-    /// unannounced loss does, so they count the same for the cadence.
+    /// Notices whose stranded state could not be saved in time (neither the
+    /// evacuation nor the emergency checkpoint finished within the notice):
+    /// they roll back as an unannounced loss does, so they count the same for
+    /// the cadence.
     pub failed_notice_saves: u32,
     /// Mean wall time one checkpoint blocks training (the snapshot), if any was taken.
     pub checkpoint_cost: Option<Duration>,

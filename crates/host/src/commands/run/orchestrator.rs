@@ -119,7 +119,8 @@ struct Recovery {
     deadlines: BTreeMap<WorkerId, Instant>,
     /// Workers lost without notice.
     unannounced: BTreeSet<WorkerId>,
-    /// Notices whose stranded state the emergency checkpoint could not save.
+    /// Restarts that rolled back though every lost holder had a notice (neither the
+    /// evacuation nor the emergency checkpoint finished within it).
     failed_notice_saves: u32,
     /// Aggregate peer-to-peer transfer rate seen in migrations, bytes/s.
     transfer_rate: Option<f64>,
