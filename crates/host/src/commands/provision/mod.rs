@@ -276,8 +276,14 @@ fn against_goal(goal: Goal, samples_per_hour: f64, usd_per_hour: f64) -> (Option
 }
 
 /// Expected time a capped fleet's changes cost, ms per hour of training, and
-/// the mean fleet.
-fn change_cost_ms_per_hour(profile: &ModelProfile, series: &[IntervalStats], hours: f64) -> (f64, f64) {
+/// the mean fleet, under the offer's recovery rules (a preemption whose notice
+/// saves the stage rolls nothing back).
+fn change_cost_ms_per_hour(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    hours: f64,
+    recovery: &Recovery,
+) -> (f64, f64) {
     if series.is_empty() || hours <= 0.0 {
         return (0.0, 0.0);
     }
@@ -287,23 +293,41 @@ fn change_cost_ms_per_hour(profile: &ModelProfile, series: &[IntervalStats], hou
     let arrival_events = series.iter().skip(1).filter(|s| s.arrivals > 0).count() as f64;
     let n = (mean.round() as u32).max(1);
     let down = match (best_config_for(profile, n), best_config_for(profile, n - 1)) {
-        (Some(from), to) => {
-            liveput::expected_transition(profile, Some(from.config), n, 1, 0, to.map(|c| c.config))
-                .map_or(0.0, |e| e.mean_duration_ms + e.p_lost_work * liveput::lost_work_ms(profile))
-        }
+        (Some(from), to) => liveput::transition_distribution_under(
+            profile,
+            recovery,
+            Some(from.config),
+            n,
+            1,
+            0,
+            to.map(|c| c.config),
+        )
+        .map(|d| d.expected())
+        .map_or(0.0, |e| e.mean_duration_ms + e.p_lost_work * liveput::lost_work_ms(profile)),
         _ => 0.0,
     };
     let up = match (best_config_for(profile, n - 1), best_config_for(profile, n)) {
-        (Some(from), Some(to)) => {
-            liveput::expected_transition(profile, Some(from.config), n - 1, 0, 1, Some(to.config))
-                .map_or(0.0, |e| e.mean_duration_ms)
-        }
+        (Some(from), Some(to)) => liveput::transition_distribution_under(
+            profile,
+            recovery,
+            Some(from.config),
+            n - 1,
+            0,
+            1,
+            Some(to.config),
+        )
+        .map(|d| d.expected())
+        .map_or(0.0, |e| e.mean_duration_ms),
         _ => 0.0,
     };
     ((preempted as f64 * down + arrival_events * up) / hours, mean)
 }
 
-/// Predicts one candidate.
+/// Predicts one candidate, its preemptions under `recovery` (the offer's notice).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the candidate, its offer's market, prices and notice, and the goal"
+)]
 pub fn predict(
     profile: &ModelProfile,
     offer: &str,
@@ -311,6 +335,7 @@ pub fn predict(
     market: Market,
     requested: u32,
     prices: Prices,
+    recovery: &Recovery,
     goal: Goal,
 ) -> Prediction {
     let series = match market {
@@ -328,7 +353,7 @@ pub fn predict(
             / series.len() as f64
     };
     let (lost_ms_per_hour, mean) = match market {
-        Market::Spot => change_cost_ms_per_hour(profile, &series, hours),
+        Market::Spot => change_cost_ms_per_hour(profile, &series, hours, recovery),
         Market::OnDemand => (0.0, f64::from(requested)),
     };
     let overhead = (lost_ms_per_hour / 3_600_000.0).clamp(0.0, 1.0);
@@ -365,6 +390,7 @@ fn predict_mix(
     requested: &[u32],
     compositions: &mut mix::Compositions<'_>,
     interval_ms: u64,
+    recovery: &Recovery,
     goal: Goal,
 ) -> Prediction {
     let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
@@ -380,7 +406,7 @@ fn predict_mix(
     let typical: Vec<u32> = means.iter().map(|m| m.round() as u32).collect();
     compositions.prepare(std::slice::from_ref(&typical));
     let (lost_ms_per_hour, mean) =
-        change_cost_ms_per_hour(compositions.planning(&typical), &fleet.series, hours);
+        change_cost_ms_per_hour(compositions.planning(&typical), &fleet.series, hours, recovery);
     let overhead = (lost_ms_per_hour / 3_600_000.0).clamp(0.0, 1.0);
     let samples_per_hour = ideal * 3600.0 * (1.0 - overhead);
     let usd_per_hour: f64 = means.iter().zip(offers).map(|(m, o)| m * o.prices.spot_usd_per_hour).sum();
@@ -712,9 +738,16 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         loaded.push(offer);
     }
     let model = loaded.first().map(|l| l.profile.model.clone()).unwrap_or_default();
+    let constants = args.profile.constants()?;
+    // Each offer's notice (`--notice-seconds`, else by its trace's cloud): what its
+    // preemptions cost the prediction, as the simulation below.
+    let recoveries: Vec<Recovery> = loaded
+        .iter()
+        .map(|l| args.notice.recovery_for(&l.offer.trace, &constants).map(|(r, _)| r))
+        .collect::<anyhow::Result<_>>()?;
 
     let mut candidates = Vec::new();
-    for l in &loaded {
+    for (l, recovery) in loaded.iter().zip(&recoveries) {
         let peak = l.market.peak();
         let most = args.max_instances.unwrap_or(peak).max(1);
         for n in 1..=most.min(peak) {
@@ -726,6 +759,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
                     Market::Spot,
                     n,
                     l.prices,
+                    recovery,
                     goal,
                 ));
             }
@@ -740,6 +774,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
                         Market::OnDemand,
                         n,
                         l.prices,
+                        recovery,
                         goal,
                     ));
                 }
@@ -747,7 +782,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         }
     }
     // Mixed spot fleets over every pair of offers of one model and batch.
-    for (i, a) in loaded.iter().enumerate() {
+    for (i, (a, recovery)) in loaded.iter().zip(&recoveries).enumerate() {
         for b in &loaded[i + 1..] {
             let same_batch = (a.profile.global_batch_size, a.profile.micro_batch_size)
                 == (b.profile.global_batch_size, b.profile.micro_batch_size);
@@ -763,7 +798,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             };
             for n_a in least(a)..=most(a) {
                 for n_b in least(b)..=most(b) {
-                    let p = predict_mix(&[a, b], &[n_a, n_b], &mut compositions, interval_ms, goal);
+                    let p = predict_mix(&[a, b], &[n_a, n_b], &mut compositions, interval_ms, recovery, goal);
                     if p.samples_per_hour > 0.0 {
                         candidates.push(p);
                     }
@@ -817,7 +852,6 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     );
 
     let runtime = args.sandbox.runtime()?;
-    let constants = args.profile.constants()?;
     let spec = args.policies.policy_spec();
     let policies = args.policies.load(&runtime).with_context(|| format!("loading policy {spec}"))?;
     let mut simulated = Vec::new();
@@ -1060,6 +1094,25 @@ mod tests {
         }
     }
 
+    /// One instance, taken every ten minutes and back a minute later: unannounced, each
+    /// loss rolls back half the checkpoint interval; with a notice in which the (empty)
+    /// state is written, none does, as the simulation scores it.
+    #[test]
+    fn a_notice_that_saves_the_state_costs_the_prediction_no_rollback() {
+        let profile = ModelProfile { checkpoint_interval_ms: 600_000.0, ..toy() };
+        let counts: Vec<u32> = (0..60).map(|k| u32::from(k % 10 != 9)).collect();
+        let series = IntervalStats::chain_from(0, &counts);
+        let market = MarketTrace { series, interval_ms: 60_000 };
+        let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 4.0 };
+        let goal = Goal::Throughput { samples_per_hour: 1.0 };
+        let predict_under =
+            |recovery: &Recovery| predict(&profile, "t", &market, Market::Spot, 1, prices, recovery, goal);
+        let unannounced = predict_under(&Recovery::UNANNOUNCED);
+        // Six losses of 5 minutes each in the hour.
+        assert!((unannounced.overhead - 0.5).abs() < 1e-9, "{}", unannounced.overhead);
+        assert_eq!(predict_under(&Recovery::with_notice(30_000.0, 1.0)).overhead, 0.0);
+    }
+
     #[test]
     fn prediction_caps_the_fleet_and_prices_it() {
         // One hour: 2 instances for 30 min, 1 for 30 min.
@@ -1067,7 +1120,7 @@ mod tests {
         let market = MarketTrace { series: IntervalStats::chain_from(0, &counts), interval_ms: 60_000 };
         let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 4.0 };
         let goal = Goal::Samples { samples: 54_000.0, deadline_hours: 1.0 };
-        let spot2 = predict(&toy(), "t", &market, Market::Spot, 2, prices, goal);
+        let spot2 = predict(&toy(), "t", &market, Market::Spot, 2, prices, &Recovery::UNANNOUNCED, goal);
         assert_eq!(spot2.mean_instances, 1.5);
         // (20 + 10) / 2 samples/s, no reconfiguration cost in this profile.
         assert_eq!(spot2.samples_per_hour, 15.0 * 3600.0);
@@ -1075,10 +1128,10 @@ mod tests {
         assert_eq!(spot2.completion_hours, Some(1.0));
         assert_eq!(spot2.usd, Some(1.5));
         assert!(spot2.meets_goal);
-        let spot1 = predict(&toy(), "t", &market, Market::Spot, 1, prices, goal);
+        let spot1 = predict(&toy(), "t", &market, Market::Spot, 1, prices, &Recovery::UNANNOUNCED, goal);
         assert_eq!(spot1.samples_per_hour, 36_000.0);
         assert!(!spot1.meets_goal);
-        let od2 = predict(&toy(), "t", &market, Market::OnDemand, 2, prices, goal);
+        let od2 = predict(&toy(), "t", &market, Market::OnDemand, 2, prices, &Recovery::UNANNOUNCED, goal);
         assert_eq!(od2.samples_per_hour, 72_000.0);
         assert_eq!(od2.completion_hours, Some(0.75));
         assert_eq!(od2.usd, Some(0.75 * 8.0));
@@ -1088,9 +1141,12 @@ mod tests {
         assert_eq!(ranked[2], spot1);
         // A throughput floor ranks by cost per hour.
         let floor = Goal::Throughput { samples_per_hour: 40_000.0 };
-        let od1 = predict(&toy(), "t", &market, Market::OnDemand, 1, prices, floor);
+        let od1 = predict(&toy(), "t", &market, Market::OnDemand, 1, prices, &Recovery::UNANNOUNCED, floor);
         assert!(!od1.meets_goal);
-        assert_eq!(predict(&toy(), "t", &market, Market::Spot, 2, prices, floor).usd, Some(1.5));
+        assert_eq!(
+            predict(&toy(), "t", &market, Market::Spot, 2, prices, &Recovery::UNANNOUNCED, floor).usd,
+            Some(1.5)
+        );
     }
 
     /// `(D, samples/s)` at depth 1, iteration times consistent with a batch of 10.
@@ -1122,7 +1178,7 @@ mod tests {
         let b = offer("b", consistent(&[(1, 5.0), (2, 9.5)]), 0.25, &[2; 60]);
         let mut compositions = mix::Compositions::new(vec![&a.profile, &b.profile]);
         let goal = Goal::Throughput { samples_per_hour: 1.0 };
-        let p = predict_mix(&[&a, &b], &[1, 1], &mut compositions, 60_000, goal);
+        let p = predict_mix(&[&a, &b], &[1, 1], &mut compositions, 60_000, &Recovery::UNANNOUNCED, goal);
         // A steady fleet of one of each: the best mixed layout all along, nothing lost.
         let (config, step) =
             parcae_policy_core::mixed::best_mixed(&[&a.profile, &b.profile], &[1, 1]).unwrap();
