@@ -323,10 +323,34 @@ fn change_cost_ms_per_hour(
     ((preempted as f64 * down + arrival_events * up) / hours, mean)
 }
 
-/// Predicts one candidate, its preemptions under `recovery` (the offer's notice).
+/// How an offer's deployment survives its preemptions: what the prediction and the
+/// simulation of its candidates charge for them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Deployment {
+    /// Its notice's recovery rules (`--notice-seconds`, else by its trace's cloud).
+    pub recovery: Recovery,
+    /// How fast a periodic checkpoint is snapshotted (`None`: written synchronously),
+    /// for the Young/Daly cadence `run` keeps ([`parcae_sim::cadence`]).
+    pub snapshot_bytes_per_ms: Option<f64>,
+}
+
+impl Deployment {
+    /// `profile` at the checkpoint cadence this deployment keeps on `series`.
+    fn at_cadence(&self, profile: &ModelProfile, series: &[IntervalStats], interval_ms: u64) -> ModelProfile {
+        parcae_sim::cadence::with_young_daly_cadence(
+            profile,
+            series,
+            interval_ms,
+            &self.recovery,
+            self.snapshot_bytes_per_ms,
+        )
+    }
+}
+
+/// Predicts one candidate, its preemptions as `deployment` survives them.
 #[expect(
     clippy::too_many_arguments,
-    reason = "the candidate, its offer's market, prices and notice, and the goal"
+    reason = "the candidate, its offer's market, prices and deployment, and the goal"
 )]
 pub fn predict(
     profile: &ModelProfile,
@@ -335,13 +359,15 @@ pub fn predict(
     market: Market,
     requested: u32,
     prices: Prices,
-    recovery: &Recovery,
+    deployment: &Deployment,
     goal: Goal,
 ) -> Prediction {
     let series = match market {
         Market::Spot => market_trace.capped(requested),
         Market::OnDemand => market_trace.constant(requested),
     };
+    let system = deployment.at_cadence(profile, &series, market_trace.interval_ms);
+    let profile = &system;
     let hours = market_trace.hours();
     let ideal = if series.is_empty() {
         0.0
@@ -353,7 +379,7 @@ pub fn predict(
             / series.len() as f64
     };
     let (lost_ms_per_hour, mean) = match market {
-        Market::Spot => change_cost_ms_per_hour(profile, &series, hours, recovery),
+        Market::Spot => change_cost_ms_per_hour(profile, &series, hours, &deployment.recovery),
         Market::OnDemand => (0.0, f64::from(requested)),
     };
     let overhead = (lost_ms_per_hour / 3_600_000.0).clamp(0.0, 1.0);
@@ -390,23 +416,31 @@ fn predict_mix(
     requested: &[u32],
     compositions: &mut mix::Compositions<'_>,
     interval_ms: u64,
-    recovery: &Recovery,
+    deployment: &Deployment,
     goal: Goal,
 ) -> Prediction {
     let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
     let fleet = mix::requested_fleet(&markets, requested);
     let hours = fleet.series.len() as f64 * interval_ms as f64 / 3_600_000.0;
-    let ideal = if fleet.counts.is_empty() {
-        0.0
-    } else {
-        fleet.counts.iter().map(|c| compositions.samples_per_second(c)).sum::<f64>()
-            / fleet.counts.len() as f64
-    };
     let means = fleet.mean_instances();
     let typical: Vec<u32> = means.iter().map(|m| m.round() as u32).collect();
     compositions.prepare(std::slice::from_ref(&typical));
+    // The typical composition at the cadence the deployment keeps; every composition
+    // pays its share of throughput for the checkpoints, as the simulation scores it.
+    let planning = compositions.planning(&typical);
+    let system = deployment.at_cadence(planning, &fleet.series, interval_ms);
+    let keep = match (system.configs.first(), planning.configs.first()) {
+        (Some(a), Some(p)) if p.samples_per_second > 0.0 => a.samples_per_second / p.samples_per_second,
+        _ => 1.0,
+    };
     let (lost_ms_per_hour, mean) =
-        change_cost_ms_per_hour(compositions.planning(&typical), &fleet.series, hours, recovery);
+        change_cost_ms_per_hour(&system, &fleet.series, hours, &deployment.recovery);
+    let ideal = if fleet.counts.is_empty() {
+        0.0
+    } else {
+        keep * fleet.counts.iter().map(|c| compositions.samples_per_second(c)).sum::<f64>()
+            / fleet.counts.len() as f64
+    };
     let overhead = (lost_ms_per_hour / 3_600_000.0).clamp(0.0, 1.0);
     let samples_per_hour = ideal * 3600.0 * (1.0 - overhead);
     let usd_per_hour: f64 = means.iter().zip(offers).map(|(m, o)| m * o.prices.spot_usd_per_hour).sum();
@@ -584,17 +618,16 @@ fn simulated_row(
 /// Runs a mixed request through the policy and scores it, each interval with its
 /// composition's profile (see [`mix`]) at the Young/Daly checkpoint cadence, as `bench`
 /// scores a mixed fleet; `progress` advances one unit per interval.
-#[expect(clippy::too_many_arguments, reason = "one call site; the settings of one simulated candidate")]
 fn simulate_mix(
     offers: &[&LoadedOffer],
     requested: &[u32],
     interval_ms: u64,
     policy: &mut GuardedPolicy,
     horizon: u32,
-    recovery: Recovery,
-    snapshot_bytes_per_ms: Option<f64>,
+    deployment: &Deployment,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<(mix::MixedFleet, parcae_sim::SimResult)> {
+    let Deployment { recovery, snapshot_bytes_per_ms } = *deployment;
     let markets: Vec<&MarketTrace> = offers.iter().map(|o| &o.market).collect();
     let fleet = mix::requested_fleet(&markets, requested);
     let mut compositions = mix::Compositions::new(offers.iter().map(|o| &o.profile).collect());
@@ -739,15 +772,18 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     }
     let model = loaded.first().map(|l| l.profile.model.clone()).unwrap_or_default();
     let constants = args.profile.constants()?;
-    // Each offer's notice (`--notice-seconds`, else by its trace's cloud): what its
-    // preemptions cost the prediction, as the simulation below.
-    let recoveries: Vec<Recovery> = loaded
+    // Each offer's notice (`--notice-seconds`, else by its trace's cloud) and checkpoint
+    // cadence: what its preemptions cost the prediction, as the simulation below.
+    let deployments: Vec<Deployment> = loaded
         .iter()
-        .map(|l| args.notice.recovery_for(&l.offer.trace, &constants).map(|(r, _)| r))
+        .map(|l| {
+            let (recovery, _) = args.notice.recovery_for(&l.offer.trace, &constants)?;
+            Ok(Deployment { recovery, snapshot_bytes_per_ms: constants.checkpoint_snapshot_bytes_per_ms() })
+        })
         .collect::<anyhow::Result<_>>()?;
 
     let mut candidates = Vec::new();
-    for (l, recovery) in loaded.iter().zip(&recoveries) {
+    for (l, deployment) in loaded.iter().zip(&deployments) {
         let peak = l.market.peak();
         let most = args.max_instances.unwrap_or(peak).max(1);
         for n in 1..=most.min(peak) {
@@ -759,7 +795,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
                     Market::Spot,
                     n,
                     l.prices,
-                    recovery,
+                    deployment,
                     goal,
                 ));
             }
@@ -774,7 +810,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
                         Market::OnDemand,
                         n,
                         l.prices,
-                        recovery,
+                        deployment,
                         goal,
                     ));
                 }
@@ -782,7 +818,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         }
     }
     // Mixed spot fleets over every pair of offers of one model and batch.
-    for (i, (a, recovery)) in loaded.iter().zip(&recoveries).enumerate() {
+    for (i, (a, deployment)) in loaded.iter().zip(&deployments).enumerate() {
         for b in &loaded[i + 1..] {
             let same_batch = (a.profile.global_batch_size, a.profile.micro_batch_size)
                 == (b.profile.global_batch_size, b.profile.micro_batch_size);
@@ -798,7 +834,8 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             };
             for n_a in least(a)..=most(a) {
                 for n_b in least(b)..=most(b) {
-                    let p = predict_mix(&[a, b], &[n_a, n_b], &mut compositions, interval_ms, recovery, goal);
+                    let p =
+                        predict_mix(&[a, b], &[n_a, n_b], &mut compositions, interval_ms, deployment, goal);
                     if p.samples_per_hour > 0.0 {
                         candidates.push(p);
                     }
@@ -884,10 +921,10 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
     for c in chosen {
         if c.is_mix() {
             progress.set_message(c.offer.clone());
-            let offers: Vec<&LoadedOffer> =
-                c.parts.iter().filter_map(|p| loaded.iter().find(|l| l.offer.name == p.offer)).collect();
+            let parts: Vec<usize> =
+                c.parts.iter().filter_map(|p| loaded.iter().position(|l| l.offer.name == p.offer)).collect();
+            let offers: Vec<&LoadedOffer> = parts.iter().map(|&i| &loaded[i]).collect();
             let requested: Vec<u32> = c.parts.iter().map(|p| p.requested).collect();
-            let (recovery, _) = args.notice.recovery_for(&offers[0].offer.trace, &constants)?;
             let mut policy = policies.guarded();
             let (fleet, result) = simulate_mix(
                 &offers,
@@ -895,8 +932,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
                 interval_ms,
                 &mut policy,
                 args.horizon,
-                recovery,
-                constants.checkpoint_snapshot_bytes_per_ms(),
+                &deployments[parts[0]],
                 &progress,
             )
             .with_context(|| format!("simulating {}", c.offer))?;
@@ -907,7 +943,8 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             continue;
         }
         progress.set_message(format!("{} x {} ({})", c.requested, c.offer, c.market.as_str()));
-        let Some(l) = loaded.iter().find(|l| l.offer.name == c.offer) else { continue };
+        let Some(i) = loaded.iter().position(|l| l.offer.name == c.offer) else { continue };
+        let (l, deployment) = (&loaded[i], &deployments[i]);
         let series = match c.market {
             Market::Spot => l.market.capped(c.requested),
             Market::OnDemand => l.market.constant(c.requested),
@@ -917,16 +954,9 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             Market::OnDemand => l.prices.on_demand_usd_per_hour,
         };
         let mut policy = policies.guarded();
-        let (recovery, _) = args.notice.recovery_for(&l.offer.trace, &constants)?;
         // Checkpoints at the cadence `run` keeps and `bench` scores: Young/Daly on the
         // losses the notice cannot save.
-        let system = parcae_sim::cadence::with_young_daly_cadence(
-            &l.profile,
-            &series,
-            interval_ms,
-            &recovery,
-            constants.checkpoint_snapshot_bytes_per_ms(),
-        );
+        let system = deployment.at_cadence(&l.profile, &series, interval_ms);
         let result = simulate_candidate(
             &system,
             &series,
@@ -934,7 +964,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
             l.prices,
             &mut policy,
             args.horizon,
-            recovery,
+            deployment.recovery,
             &progress,
         )
         .with_context(|| format!("simulating {} x {} {}", c.requested, c.offer, c.market.as_str()))?;
@@ -1057,6 +1087,10 @@ mod tests {
     use super::*;
     use parcae_policy_core::{ConfigProfile, StagePartition};
 
+    /// No notice and no checkpoint writes: the profile's cadence stands.
+    const UNANNOUNCED: Deployment =
+        Deployment { recovery: Recovery::UNANNOUNCED, snapshot_bytes_per_ms: None };
+
     #[test]
     fn offers_parse_and_errors_name_the_problem() {
         let o = parse_offer("p3=traces/a.csv,spot=0.9,on-demand=3.06,profile=p.json").unwrap();
@@ -1105,12 +1139,14 @@ mod tests {
         let market = MarketTrace { series, interval_ms: 60_000 };
         let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 4.0 };
         let goal = Goal::Throughput { samples_per_hour: 1.0 };
-        let predict_under =
-            |recovery: &Recovery| predict(&profile, "t", &market, Market::Spot, 1, prices, recovery, goal);
-        let unannounced = predict_under(&Recovery::UNANNOUNCED);
+        let predict_under = |recovery: Recovery| {
+            let deployment = Deployment { recovery, snapshot_bytes_per_ms: None };
+            predict(&profile, "t", &market, Market::Spot, 1, prices, &deployment, goal)
+        };
+        let unannounced = predict_under(Recovery::UNANNOUNCED);
         // Six losses of 5 minutes each in the hour.
         assert!((unannounced.overhead - 0.5).abs() < 1e-9, "{}", unannounced.overhead);
-        assert_eq!(predict_under(&Recovery::with_notice(30_000.0, 1.0)).overhead, 0.0);
+        assert_eq!(predict_under(Recovery::with_notice(30_000.0, 1.0)).overhead, 0.0);
     }
 
     #[test]
@@ -1120,7 +1156,7 @@ mod tests {
         let market = MarketTrace { series: IntervalStats::chain_from(0, &counts), interval_ms: 60_000 };
         let prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 4.0 };
         let goal = Goal::Samples { samples: 54_000.0, deadline_hours: 1.0 };
-        let spot2 = predict(&toy(), "t", &market, Market::Spot, 2, prices, &Recovery::UNANNOUNCED, goal);
+        let spot2 = predict(&toy(), "t", &market, Market::Spot, 2, prices, &UNANNOUNCED, goal);
         assert_eq!(spot2.mean_instances, 1.5);
         // (20 + 10) / 2 samples/s, no reconfiguration cost in this profile.
         assert_eq!(spot2.samples_per_hour, 15.0 * 3600.0);
@@ -1128,10 +1164,10 @@ mod tests {
         assert_eq!(spot2.completion_hours, Some(1.0));
         assert_eq!(spot2.usd, Some(1.5));
         assert!(spot2.meets_goal);
-        let spot1 = predict(&toy(), "t", &market, Market::Spot, 1, prices, &Recovery::UNANNOUNCED, goal);
+        let spot1 = predict(&toy(), "t", &market, Market::Spot, 1, prices, &UNANNOUNCED, goal);
         assert_eq!(spot1.samples_per_hour, 36_000.0);
         assert!(!spot1.meets_goal);
-        let od2 = predict(&toy(), "t", &market, Market::OnDemand, 2, prices, &Recovery::UNANNOUNCED, goal);
+        let od2 = predict(&toy(), "t", &market, Market::OnDemand, 2, prices, &UNANNOUNCED, goal);
         assert_eq!(od2.samples_per_hour, 72_000.0);
         assert_eq!(od2.completion_hours, Some(0.75));
         assert_eq!(od2.usd, Some(0.75 * 8.0));
@@ -1141,10 +1177,10 @@ mod tests {
         assert_eq!(ranked[2], spot1);
         // A throughput floor ranks by cost per hour.
         let floor = Goal::Throughput { samples_per_hour: 40_000.0 };
-        let od1 = predict(&toy(), "t", &market, Market::OnDemand, 1, prices, &Recovery::UNANNOUNCED, floor);
+        let od1 = predict(&toy(), "t", &market, Market::OnDemand, 1, prices, &UNANNOUNCED, floor);
         assert!(!od1.meets_goal);
         assert_eq!(
-            predict(&toy(), "t", &market, Market::Spot, 2, prices, &Recovery::UNANNOUNCED, floor).usd,
+            predict(&toy(), "t", &market, Market::Spot, 2, prices, &UNANNOUNCED, floor).usd,
             Some(1.5)
         );
     }
@@ -1178,7 +1214,7 @@ mod tests {
         let b = offer("b", consistent(&[(1, 5.0), (2, 9.5)]), 0.25, &[2; 60]);
         let mut compositions = mix::Compositions::new(vec![&a.profile, &b.profile]);
         let goal = Goal::Throughput { samples_per_hour: 1.0 };
-        let p = predict_mix(&[&a, &b], &[1, 1], &mut compositions, 60_000, &Recovery::UNANNOUNCED, goal);
+        let p = predict_mix(&[&a, &b], &[1, 1], &mut compositions, 60_000, &UNANNOUNCED, goal);
         // A steady fleet of one of each: the best mixed layout all along, nothing lost.
         let (config, step) =
             parcae_policy_core::mixed::best_mixed(&[&a.profile, &b.profile], &[1, 1]).unwrap();
