@@ -83,14 +83,30 @@ pub fn with_young_daly_cadence(
     if !(cadence.is_finite() && cadence > 0.0) || cadence >= ceiling {
         return adjusted;
     }
-    // Half of this is the expected rollback (see the module documentation).
-    adjusted.checkpoint_interval_ms = if asynchronous.is_some() { cadence + 2.0 * write_ms } else { cadence };
+    adjusted.checkpoint_interval_ms = rollback_interval_ms(cadence, write_ms, asynchronous.is_some());
     let keep = 1.0 - cost_ms / cadence;
     for config in &mut adjusted.configs {
         config.samples_per_second *= keep;
         config.iteration_ms /= keep;
     }
     adjusted
+}
+
+/// The checkpoint interval whose half is the work a loss rolls back on
+/// average, for checkpoints taken every `cadence_ms` whose writes take
+/// `write_ms`: the cadence itself when written synchronously; asynchronously,
+/// two writes more (a loss during a write falls back to the one before).
+pub fn rollback_interval_ms(cadence_ms: f64, write_ms: f64, asynchronous: bool) -> f64 {
+    if asynchronous { cadence_ms + 2.0 * write_ms } else { cadence_ms }
+}
+
+/// The share of `before`'s throughput `after` keeps (its checkpoints' cost),
+/// read off the first layout; 1 when there is none to compare.
+pub fn throughput_kept(before: &ModelProfile, after: &ModelProfile) -> f64 {
+    match (after.configs.first(), before.configs.first()) {
+        (Some(a), Some(b)) if b.samples_per_second > 0.0 => a.samples_per_second / b.samples_per_second,
+        _ => 1.0,
+    }
 }
 
 /// Expected losses that roll back over `series` under `recovery`: per

@@ -245,10 +245,7 @@ impl<'a> Compositions<'a> {
         if adjusted.checkpoint_interval_ms == self.union.checkpoint_interval_ms {
             return None;
         }
-        let keep = match (adjusted.configs.first(), self.union.configs.first()) {
-            (Some(a), Some(u)) if u.samples_per_second > 0.0 => a.samples_per_second / u.samples_per_second,
-            _ => 1.0,
-        };
+        let keep = crate::cadence::throughput_kept(&self.union, &adjusted);
         let cadence = adjusted.checkpoint_interval_ms;
         self.adjust(|p| {
             p.checkpoint_interval_ms = cadence;

@@ -252,12 +252,7 @@ pub fn bench_trace(
              cannot save), \
              costing {:.1}% of throughput; such a loss rolls back {:.0} s on average",
             parcae_sim::cadence::expected_rollbacks(profile, intervals, &recovery),
-            100.0
-                * (1.0
-                    - system
-                        .configs
-                        .first()
-                        .map_or(1.0, |c| { c.samples_per_second / profile.configs[0].samples_per_second })),
+            100.0 * (1.0 - parcae_sim::cadence::throughput_kept(profile, &system)),
             parcae_policy_core::liveput::lost_work_ms(&system) / 1000.0,
         ));
     }

@@ -293,7 +293,7 @@ fn change_cost_ms_per_hour(
     let arrival_events = series.iter().skip(1).filter(|s| s.arrivals > 0).count() as f64;
     let n = (mean.round() as u32).max(1);
     let down = match (best_config_for(profile, n), best_config_for(profile, n - 1)) {
-        (Some(from), to) => liveput::transition_distribution_under(
+        (Some(from), to) => liveput::expected_transition_under(
             profile,
             recovery,
             Some(from.config),
@@ -302,12 +302,11 @@ fn change_cost_ms_per_hour(
             0,
             to.map(|c| c.config),
         )
-        .map(|d| d.expected())
         .map_or(0.0, |e| e.mean_duration_ms + e.p_lost_work * liveput::lost_work_ms(profile)),
         _ => 0.0,
     };
     let up = match (best_config_for(profile, n - 1), best_config_for(profile, n)) {
-        (Some(from), Some(to)) => liveput::transition_distribution_under(
+        (Some(from), Some(to)) => liveput::expected_transition_under(
             profile,
             recovery,
             Some(from.config),
@@ -316,7 +315,6 @@ fn change_cost_ms_per_hour(
             1,
             Some(to.config),
         )
-        .map(|d| d.expected())
         .map_or(0.0, |e| e.mean_duration_ms),
         _ => 0.0,
     };
@@ -429,10 +427,7 @@ fn predict_mix(
     // pays its share of throughput for the checkpoints, as the simulation scores it.
     let planning = compositions.planning(&typical);
     let system = deployment.at_cadence(planning, &fleet.series, interval_ms);
-    let keep = match (system.configs.first(), planning.configs.first()) {
-        (Some(a), Some(p)) if p.samples_per_second > 0.0 => a.samples_per_second / p.samples_per_second,
-        _ => 1.0,
-    };
+    let keep = parcae_sim::cadence::throughput_kept(planning, &system);
     let (lost_ms_per_hour, mean) =
         change_cost_ms_per_hour(&system, &fleet.series, hours, &deployment.recovery);
     let ideal = if fleet.counts.is_empty() {

@@ -288,7 +288,8 @@ fn run_checkpoint_interval_ms(events: &[Timed], measured: &Measured) -> Option<f
     let mean_gap_steps = gaps.iter().sum::<u64>() as f64 / gaps.len() as f64;
     let step_ms = 1000.0 * measured.step_seconds / measured.steps as f64;
     let write_ms = periodic.iter().map(|(_, w)| w).sum::<f64>() / periodic.len() as f64;
-    let interval = mean_gap_steps * step_ms + 2.0 * write_ms;
+    // `run` snapshots, then writes in the background.
+    let interval = parcae_sim::cadence::rollback_interval_ms(mean_gap_steps * step_ms, write_ms, true);
     (interval.is_finite() && interval > 0.0).then_some(interval)
 }
 
