@@ -116,6 +116,15 @@ fn a_fleet_wipe_whose_notice_is_too_short_rolls_back_and_counts_for_the_cadence(
     let after = cadences.iter().find(|e| e["failed_notice_saves"].as_u64() >= Some(1));
     let after = after.unwrap_or_else(|| panic!("no cadence counted the loss: {cadences:?}"));
     assert!(after["every_steps"].as_u64().unwrap() < 20, "{after}");
+    // The policy was told the checkpoint interval the run keeps (a few steps), not the
+    // profile's 30 minutes: a loss it cannot save costs seconds, and it plans so.
+    // (Where no layout fits the fleet, as at the start, there is nothing to tell.)
+    let decisions: Vec<_> = events(&log, "decision").into_iter().filter(|d| !d["config"].is_null()).collect();
+    assert!(!decisions.is_empty(), "{summary}");
+    for d in &decisions {
+        let told = d["checkpoint_interval_ms"].as_f64().unwrap_or_else(|| panic!("nothing told: {d}"));
+        assert!(told > 0.0 && told < 60_000.0, "told {told} ms: {d}");
+    }
     // The simulator replays the rollback at the run's own cadence, not the profile's
     // 30 minutes (which rolled back more than the run ever trained).
     let fidelity = summary["fidelity"]["comparisons"].as_array().expect("fidelity comparisons");

@@ -16,6 +16,7 @@ use parcae_sim::{MigrationMode, Prices, SimResult, Simulator, Totals};
 use serde::Serialize;
 
 use super::report::{CheckpointReason, RunContext, RunEvent, Timed};
+use super::told_cadence;
 use crate::control::{self, ControlSettings};
 use crate::record::{BenchRecord, RowKind, RowLabel};
 
@@ -293,6 +294,20 @@ fn run_checkpoint_interval_ms(events: &[Timed], measured: &Measured) -> Option<f
     (interval.is_finite() && interval > 0.0).then_some(interval)
 }
 
+/// Per interval, the checkpoint interval the policy was told when it last decided it
+/// (`None`: the profile's, as in logs of runs before the run told its own).
+fn told_intervals(events: &[Timed], intervals: usize) -> Vec<Option<f64>> {
+    let mut told = vec![None; intervals];
+    for e in events {
+        if let RunEvent::Decision { interval, checkpoint_interval_ms, .. } = &e.event
+            && let Some(slot) = told.get_mut(*interval)
+        {
+            *slot = *checkpoint_interval_ms;
+        }
+    }
+    told
+}
+
 /// Simulates the run (see the module docs) and compares. `policy` is a fresh instance
 /// of the run's policy, for the replayed decisions. Errors when the simulator refuses
 /// the run's layouts (a layout the profile does not list).
@@ -312,8 +327,8 @@ pub fn predict(
     let control = inputs.control;
     let victims = victims(events, series.len());
     let m = measure(events);
-    // Rollbacks at the run's own checkpoint cadence; the policy is replayed on the
-    // profile it was given.
+    // Rollbacks at the run's own checkpoint cadence (the policy is replayed below on the
+    // checkpoint intervals it was told, which follow the same cadence).
     let mut profile = inputs.profile.clone();
     if let Some(interval_ms) = run_checkpoint_interval_ms(events, &m) {
         profile.checkpoint_interval_ms = interval_ms;
@@ -333,7 +348,13 @@ pub fn predict(
         });
     }
     let result = parcae_sim::summarize(records, control.interval_ms, inputs.prices);
-    let replayed = control::replay(&series, inputs.profile, policy, control, |_| {});
+    // The policy is replayed on what it was told: each interval's checkpoint interval
+    // (its last decision's), the profile's where none was recorded.
+    let told: Vec<ModelProfile> = told_intervals(events, series.len())
+        .into_iter()
+        .map(|ms| told_cadence::profile_at(inputs.profile, ms))
+        .collect();
+    let replayed = control::replay_profiles(&series, |k| &told[k], policy, control, None, |_| {});
     let mut disagreements = Vec::new();
     let mut layouts_agree = 0;
     for (k, (run, again)) in layouts.iter().zip(&replayed).enumerate() {
@@ -621,6 +642,7 @@ mod tests {
             config: Some((2, 2)),
             source: "guest".into(),
             replan: false,
+            checkpoint_interval_ms: None,
         };
         let notice = |worker| RunEvent::Notice {
             worker,
@@ -662,6 +684,7 @@ mod tests {
             config,
             source: "guest".into(),
             replan: false,
+            checkpoint_interval_ms: None,
         };
         let events = [
             timed(0.0, decision(0, None)),
@@ -676,5 +699,26 @@ mod tests {
                 Some(ParallelConfig::new(1, 4))
             ]
         );
+    }
+
+    /// The policy is replayed on the checkpoint interval it was told when it last decided
+    /// each interval; where nothing was recorded (older logs), on the profile's.
+    #[test]
+    fn the_last_decision_of_an_interval_says_what_the_policy_was_told() {
+        let decision = |interval, told| RunEvent::Decision {
+            interval,
+            instances: 4,
+            config: Some((2, 2)),
+            source: "guest".into(),
+            replan: false,
+            checkpoint_interval_ms: told,
+        };
+        let events = [
+            timed(0.0, decision(0, Some(9_000.0))),
+            timed(1.0, decision(0, Some(6_000.0))),
+            timed(4.0, decision(2, None)),
+            timed(5.0, decision(7, Some(1.0))),
+        ];
+        assert_eq!(told_intervals(&events, 3), [Some(6_000.0), None, None]);
     }
 }

@@ -11,6 +11,7 @@ mod fidelity;
 mod metrics;
 mod orchestrator;
 mod report;
+mod told_cadence;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -37,6 +37,7 @@ use tracing::{info, warn};
 
 use super::durable::{Persister, Progress};
 use super::report::{CheckpointReason, RunEvent, RunLog};
+use super::told_cadence;
 use crate::checkpoints::Checkpoints;
 use crate::control::{self, ControlSettings};
 use crate::record::PolicyHealth;
@@ -130,7 +131,12 @@ struct Recovery {
     /// Periodic checkpoint waits and step times so far, for the cadence.
     checkpoint_waits: Vec<Duration>,
     step_times: Vec<Duration>,
+    /// Background write times of the periodic checkpoints completed so far.
+    checkpoint_writes: Vec<Duration>,
     cadence: u64,
+    /// Per interval decided, the checkpoint interval the policy was told (`None`: the
+    /// profile's), so a resumed run and the self-check replay it as it was.
+    told_checkpoint_ms: Vec<Option<f64>>,
 }
 
 impl Recovery {
@@ -192,6 +198,8 @@ pub async fn run_job(
         last_periodic_step: 0,
         checkpoint_waits: Vec::new(),
         step_times: Vec::new(),
+        checkpoint_writes: Vec::new(),
+        told_checkpoint_ms: Vec::new(),
         cadence,
     };
     log.start(start, settings.clock_offset);
@@ -226,6 +234,7 @@ pub async fn run_job(
             // (restoring the dead host's wish made that decision look like no change).
             recovery.unannounced = progress.unannounced.into_iter().collect();
             recovery.failed_notice_saves = progress.failed_notice_saves;
+            recovery.told_checkpoint_ms = progress.told_checkpoint_ms;
             recovery.last_periodic_step = from_step;
             history = progress.history;
             interval_counts = progress.interval_counts;
@@ -234,7 +243,8 @@ pub async fn run_job(
             // once more over every past interval but the current one.
             let mut current = None;
             for k in 0..history.len().saturating_sub(1) {
-                let decision = decide(settings, policy, &history[..=k], current.as_ref());
+                let told = recovery.told_checkpoint_ms.get(k).copied().flatten();
+                let decision = decide(settings, policy, &history[..=k], current.as_ref(), told);
                 current = decision.config.and_then(|c| {
                     Layout::new(&settings.spec, c.data_parallel as usize, c.pipeline_stages as usize).ok()
                 });
@@ -392,14 +402,21 @@ pub async fn run_job(
             }
             interval_counts = IntervalStats::default();
             fleet_changed = false;
-            let decision = decide(settings, policy, &history, job.layout.as_ref());
+            let told = told_checkpoint_interval_ms(settings, &recovery, clock(), available);
+            let decision = decide(settings, policy, &history, job.layout.as_ref(), told);
+            let interval = next_interval - 1;
+            if recovery.told_checkpoint_ms.len() <= interval {
+                recovery.told_checkpoint_ms.resize(interval + 1, None);
+            }
+            recovery.told_checkpoint_ms[interval] = decision.told_checkpoint_ms;
             log.policy_counts(&policy.predictor_counts(), &policy.optimizer_counts());
             log.event(RunEvent::Decision {
-                interval: next_interval - 1,
+                interval,
                 instances: available,
                 config: decision.config.map(|c| (c.data_parallel, c.pipeline_stages)),
                 source: decision.source.to_string(),
                 replan,
+                checkpoint_interval_ms: decision.told_checkpoint_ms,
             });
             if decision.config != job.desired {
                 job.desired = decision.config;
@@ -527,6 +544,7 @@ fn progress_of(job: &JobState, recovery: &Recovery) -> Progress {
         attempts: job.attempts,
         unannounced: recovery.unannounced.iter().copied().collect(),
         failed_notice_saves: recovery.failed_notice_saves,
+        told_checkpoint_ms: recovery.told_checkpoint_ms.clone(),
         ..Progress::default()
     }
 }
@@ -548,28 +566,58 @@ fn update_cadence(settings: &RunSettings, recovery: &mut Recovery, elapsed: Dura
 struct Decision {
     config: Option<ParallelConfig>,
     source: &'static str,
+    /// The checkpoint interval in the profile the policy was handed, ms (`None`: not asked).
+    told_checkpoint_ms: Option<f64>,
 }
 
-/// Forecast and optimize for the interval starting now (the last of `history`).
+/// The checkpoint interval to tell the policy: the one the run keeps now
+/// ([`told_cadence`]), from its cadence, its recent steps and its writes.
+fn told_checkpoint_interval_ms(
+    settings: &RunSettings,
+    recovery: &Recovery,
+    elapsed: Duration,
+    instances_now: u32,
+) -> Option<f64> {
+    let seen = recovery.observations(elapsed);
+    let writes = &recovery.checkpoint_writes;
+    let write_ms = (!writes.is_empty())
+        .then(|| writes.iter().sum::<Duration>().as_secs_f64() * 1000.0 / writes.len() as f64);
+    told_cadence::checkpoint_interval_ms(
+        &settings.profile,
+        recovery.cadence,
+        seen.step_time.map(|t| t.as_secs_f64() * 1000.0),
+        write_ms,
+        instances_now,
+    )
+}
+
+/// Forecast and optimize for the interval starting now (the last of `history`),
+/// the policy told the checkpoint interval `told_checkpoint_ms` (`None`: the profile's).
 fn decide(
     settings: &RunSettings,
     policy: &mut GuardedPolicy,
     history: &[IntervalStats],
     current: Option<&Layout>,
+    told_checkpoint_ms: Option<f64>,
 ) -> Decision {
     let Some((now, past)) = history.split_last() else {
         // No interval observed yet: nothing to plan for, so pause.
-        return Decision { config: None, source: "-" };
+        return Decision { config: None, source: "-", told_checkpoint_ms: None };
     };
     if let Some(script) = &settings.script {
         let config =
             script.get(past.len()).copied().flatten().filter(|c| c.instances() <= u64::from(now.instances));
-        return Decision { config, source: "script" };
+        return Decision { config, source: "script", told_checkpoint_ms: None };
     }
     let control = settings.control();
     let current = current.map(|l| ParallelConfig::new(l.data_parallel as u32, l.pipeline_stages as u32));
-    let step = control::decide(policy, &control, &settings.profile, past, *now, current, None);
-    Decision { config: step.config, source: step.optimizer }
+    let profile = told_cadence::profile_at(&settings.profile, told_checkpoint_ms);
+    let step = control::decide(policy, &control, &profile, past, *now, current, None);
+    Decision {
+        config: step.config,
+        source: step.optimizer,
+        told_checkpoint_ms: Some(profile.checkpoint_interval_ms),
+    }
 }
 
 /// Before a notice strands state (some layer held only by leaving workers),
@@ -1015,14 +1063,17 @@ async fn record_writes(
     {
         let (step, location) = (done.checkpoint.step, settings.checkpoints.location(&done.checkpoint.prefix));
         match complete_checkpoint(settings, job, done.checkpoint).await {
-            Ok(()) => log.event(RunEvent::Checkpointed {
-                step,
-                bytes: done.bytes,
-                millis: done.blocking_millis,
-                write_millis: done.write_millis,
-                reason: CheckpointReason::Periodic,
-                location,
-            }),
+            Ok(()) => {
+                recovery.checkpoint_writes.push(Duration::from_secs_f64(done.write_millis.max(0.0) / 1000.0));
+                log.event(RunEvent::Checkpointed {
+                    step,
+                    bytes: done.bytes,
+                    millis: done.blocking_millis,
+                    write_millis: done.write_millis,
+                    reason: CheckpointReason::Periodic,
+                    location,
+                });
+            }
             Err(error) => {
                 warn!(%error, "periodic checkpoint not completed; the previous one stays current");
                 log.event(RunEvent::Failure { what: parcae_logging::error_line(error.as_ref()) });

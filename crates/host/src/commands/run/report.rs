@@ -58,6 +58,10 @@ pub enum RunEvent {
         config: Option<(u32, u32)>,
         source: String,
         replan: bool,
+        /// The checkpoint interval the policy was told, ms (the run's own; `None`: the
+        /// profile's, and in logs of older runs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checkpoint_interval_ms: Option<f64>,
     },
     Reconfigured {
         epoch: u64,
