@@ -493,9 +493,33 @@ fn list_arg<T: std::str::FromStr>(args: &[String], flag: &str, what: &str) -> Op
     )
 }
 
+/// The flags this example takes, each followed by a comma-separated list.
+const FLAGS: [&str; 3] = ["--fresh-seeds", "--notices", "--settings"];
+const USAGE: &str = "usage: generalisation [--settings ROWS] [--fresh-seeds SEEDS] [--notices SECONDS] \
+                     (each a comma-separated list; see the file's documentation)";
+
+/// Exits with the usage on `--help` or on an argument that is not one of
+/// [`FLAGS`] with its list: a misspelt flag would otherwise score the whole
+/// default grid for minutes and print tables that silently ignored it.
+fn check_args(args: &[String]) {
+    let mut rest = args.iter().skip(1);
+    while let Some(arg) = rest.next() {
+        if arg == "--help" || arg == "-h" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        if !FLAGS.contains(&arg.as_str()) {
+            eprintln!("generalisation: unknown argument {arg:?}\n{USAGE}");
+            std::process::exit(2);
+        }
+        rest.next();
+    }
+}
+
 fn main() {
-    let (constants, peer_constants) = shared::constants();
     let args: Vec<String> = std::env::args().collect();
+    check_args(&args);
+    let (constants, peer_constants) = shared::constants();
     let fresh_seeds: Vec<u64> =
         list_arg(&args, "--fresh-seeds", "seeds (unsigned integers)").unwrap_or_default();
     // `--notices 30` scores other notices (seconds; 0: unannounced).
