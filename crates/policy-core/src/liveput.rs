@@ -838,21 +838,7 @@ pub fn expected_transition(
     arrived: u32,
     to: Option<ParallelConfig>,
 ) -> Result<Expected, LiveputError> {
-    expected_transition_under(profile, &Recovery::UNANNOUNCED, from, instances_before, preempted, arrived, to)
-}
-
-/// [`expected_transition`] under `recovery`'s rules ([`transition_distribution_under`]).
-pub fn expected_transition_under(
-    profile: &ModelProfile,
-    recovery: &Recovery,
-    from: Option<ParallelConfig>,
-    instances_before: u32,
-    preempted: u32,
-    arrived: u32,
-    to: Option<ParallelConfig>,
-) -> Result<Expected, LiveputError> {
-    transition_distribution_under(profile, recovery, from, instances_before, preempted, arrived, to)
-        .map(|d| d.expected())
+    transition_distribution(profile, from, instances_before, preempted, arrived, to).map(|d| d.expected())
 }
 
 /// Expected samples of running `to` for one interval of `interval_ms`, after

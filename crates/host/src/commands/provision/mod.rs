@@ -35,7 +35,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Args;
 use comfy_table::{CellAlignment, Table, presets};
-use parcae_policy_core::liveput;
+use parcae_policy_core::liveput::{self, Transition};
 use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_runtime::GuardedPolicy;
@@ -293,28 +293,26 @@ fn change_cost_ms_per_hour(
     let arrival_events = series.iter().skip(1).filter(|s| s.arrivals > 0).count() as f64;
     let n = (mean.round() as u32).max(1);
     let down = match (best_config_for(profile, n), best_config_for(profile, n - 1)) {
-        (Some(from), to) => liveput::expected_transition_under(
-            profile,
-            recovery,
-            Some(from.config),
-            n,
-            1,
-            0,
-            to.map(|c| c.config),
-        )
+        (Some(from), to) => Transition {
+            from: Some(from.config),
+            instances_before: n,
+            preempted: 1,
+            arrived: 0,
+            to: to.map(|c| c.config),
+        }
+        .expected(profile, recovery)
         .map_or(0.0, |e| e.mean_duration_ms + e.p_lost_work * liveput::lost_work_ms(profile)),
         _ => 0.0,
     };
     let up = match (best_config_for(profile, n - 1), best_config_for(profile, n)) {
-        (Some(from), Some(to)) => liveput::expected_transition_under(
-            profile,
-            recovery,
-            Some(from.config),
-            n - 1,
-            0,
-            1,
-            Some(to.config),
-        )
+        (Some(from), Some(to)) => Transition {
+            from: Some(from.config),
+            instances_before: n - 1,
+            preempted: 0,
+            arrived: 1,
+            to: Some(to.config),
+        }
+        .expected(profile, recovery)
         .map_or(0.0, |e| e.mean_duration_ms),
         _ => 0.0,
     };

@@ -82,11 +82,6 @@ pub struct Progress {
     /// for the cadence too). Absent from job states written before it: none.
     #[serde(default)]
     pub failed_notice_saves: u32,
-    /// Per interval decided, the checkpoint interval the policy was told, ms (`None`:
-    /// the profile's), so a resumed policy decides the past again as it did. Absent from
-    /// job states written before it: the profile's throughout.
-    #[serde(default)]
-    pub told_checkpoint_ms: Vec<Option<f64>>,
     /// The run ended normally: nothing to resume.
     pub finished: bool,
 }
@@ -128,8 +123,7 @@ pub fn run_arguments() -> Vec<String> {
 }
 
 enum Update {
-    /// Boxed: the job state is large beside a batch of events.
-    Progress(Box<Progress>),
+    Progress(Progress),
     Events(Vec<Timed>),
 }
 
@@ -166,7 +160,7 @@ impl Persister {
                 // Wait for the next update, then fold in every one already queued.
                 let Some(first) = rx.recv().await else { break };
                 let mut apply = |update: Update| match update {
-                    Update::Progress(progress) => job.progress = *progress,
+                    Update::Progress(progress) => job.progress = progress,
                     Update::Events(events) => job.events.extend(events),
                 };
                 apply(first);
@@ -185,7 +179,7 @@ impl Persister {
             let _ = self.tx.send(Update::Events(events[self.sent_events..].to_vec()));
             self.sent_events = events.len();
         }
-        let _ = self.tx.send(Update::Progress(Box::new(progress)));
+        let _ = self.tx.send(Update::Progress(progress));
     }
 
     /// Writes what is pending and stops.
@@ -221,22 +215,13 @@ mod tests {
             persister.update(progress, &log);
         }
         log.event(RunEvent::Lost { worker: 1 });
-        let told = vec![None, Some(5_200.0)];
-        let last =
-            Progress { step: 51, finished: true, told_checkpoint_ms: told.clone(), ..Progress::default() };
-        persister.update(last, &log);
+        persister.update(Progress { step: 51, finished: true, ..Progress::default() }, &log);
         persister.finish().await;
         let read = load(&store).await.unwrap();
         assert_eq!(read.args, vec!["--trace", "t.csv"]);
         assert_eq!((read.progress.step, read.progress.finished), (51, true));
-        assert_eq!(read.progress.told_checkpoint_ms, told, "what the policy was told, for a resume");
         assert_eq!(read.events.len(), 2, "each event once");
         assert!(matches!(read.events[1].event, RunEvent::Lost { worker: 1 }));
-        // A job state written before the policy was told the run's cadence: the profile's.
-        let mut older = serde_json::to_value(Progress::default()).unwrap();
-        older.as_object_mut().unwrap().remove("told_checkpoint_ms");
-        let older: Progress = serde_json::from_value(older).unwrap();
-        assert!(older.told_checkpoint_ms.is_empty());
         // Not a job state: the error names the object.
         store.put(JOB_STATE, Bytes::from_static(b"{}")).await.unwrap();
         let err = load(&store).await.unwrap_err().to_string();
