@@ -294,20 +294,6 @@ fn run_checkpoint_interval_ms(events: &[Timed], measured: &Measured) -> Option<f
     (interval.is_finite() && interval > 0.0).then_some(interval)
 }
 
-/// Per interval, the checkpoint interval the policy was told when it last decided it
-/// (`None`: the profile's, as in logs of runs before the run told its own).
-fn told_intervals(events: &[Timed], intervals: usize) -> Vec<Option<f64>> {
-    let mut told = vec![None; intervals];
-    for e in events {
-        if let RunEvent::Decision { interval, checkpoint_interval_ms, .. } = &e.event
-            && let Some(slot) = told.get_mut(*interval)
-        {
-            *slot = *checkpoint_interval_ms;
-        }
-    }
-    told
-}
-
 /// Simulates the run (see the module docs) and compares. `policy` is a fresh instance
 /// of the run's policy, for the replayed decisions. Errors when the simulator refuses
 /// the run's layouts (a layout the profile does not list).
@@ -350,7 +336,7 @@ pub fn predict(
     let result = parcae_sim::summarize(records, control.interval_ms, inputs.prices);
     // The policy is replayed on what it was told: each interval's checkpoint interval
     // (its last decision's), the profile's where none was recorded.
-    let told: Vec<ModelProfile> = told_intervals(events, series.len())
+    let told: Vec<ModelProfile> = told_cadence::told_intervals(events, series.len())
         .into_iter()
         .map(|ms| told_cadence::profile_at(inputs.profile, ms))
         .collect();
@@ -699,26 +685,5 @@ mod tests {
                 Some(ParallelConfig::new(1, 4))
             ]
         );
-    }
-
-    /// The policy is replayed on the checkpoint interval it was told when it last decided
-    /// each interval; where nothing was recorded (older logs), on the profile's.
-    #[test]
-    fn the_last_decision_of_an_interval_says_what_the_policy_was_told() {
-        let decision = |interval, told| RunEvent::Decision {
-            interval,
-            instances: 4,
-            config: Some((2, 2)),
-            source: "guest".into(),
-            replan: false,
-            checkpoint_interval_ms: told,
-        };
-        let events = [
-            timed(0.0, decision(0, Some(9_000.0))),
-            timed(1.0, decision(0, Some(6_000.0))),
-            timed(4.0, decision(2, None)),
-            timed(5.0, decision(7, Some(1.0))),
-        ];
-        assert_eq!(told_intervals(&events, 3), [Some(6_000.0), None, None]);
     }
 }

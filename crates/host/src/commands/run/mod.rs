@@ -251,6 +251,7 @@ async fn run_async(args: &RunArgs, resumed: Option<durable::DurableJob>) -> anyh
     let resume_from = match &resumed {
         Some(job) => Some(orchestrator::ResumeFrom {
             progress: job.progress.clone(),
+            told_checkpoint_ms: told_cadence::told_intervals(&job.events, job.progress.history.len()),
             checkpoint: checkpoints.latest().await.context("reading the newest complete checkpoint")?,
         }),
         None => None,

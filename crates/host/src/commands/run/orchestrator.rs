@@ -134,14 +134,15 @@ struct Recovery {
     /// Background write times of the periodic checkpoints completed so far.
     checkpoint_writes: Vec<Duration>,
     cadence: u64,
-    /// Per interval decided, the checkpoint interval the policy was told (`None`: the
-    /// profile's), so a resumed run and the self-check replay it as it was.
-    told_checkpoint_ms: Vec<Option<f64>>,
+}
+
+/// The mean of `v` (`None` when empty).
+fn mean(v: &[Duration]) -> Option<Duration> {
+    (!v.is_empty()).then(|| v.iter().sum::<Duration>() / v.len() as u32)
 }
 
 impl Recovery {
     fn observations(&self, elapsed: Duration) -> LossObservations {
-        let mean = |v: &[Duration]| (!v.is_empty()).then(|| v.iter().sum::<Duration>() / v.len() as u32);
         LossObservations {
             elapsed,
             unannounced_losses: self.unannounced.len() as u32,
@@ -164,6 +165,10 @@ impl Recovery {
 pub struct ResumeFrom {
     /// Its durable state.
     pub progress: Progress,
+    /// Per interval of its history, the checkpoint interval its policy was told (from its
+    /// durable events, [`told_cadence::told_intervals`]), so the policy decides the past
+    /// again as it did.
+    pub told_checkpoint_ms: Vec<Option<f64>>,
     /// The newest complete checkpoint in the store (None: none was ever completed).
     pub checkpoint: Option<JobCheckpoint>,
 }
@@ -199,7 +204,6 @@ pub async fn run_job(
         checkpoint_waits: Vec::new(),
         step_times: Vec::new(),
         checkpoint_writes: Vec::new(),
-        told_checkpoint_ms: Vec::new(),
         cadence,
     };
     log.start(start, settings.clock_offset);
@@ -213,7 +217,7 @@ pub async fn run_job(
             unannounced_losses: 0,
             failed_notice_saves: 0,
         }),
-        Some(ResumeFrom { progress, checkpoint }) => {
+        Some(ResumeFrom { progress, checkpoint, told_checkpoint_ms: told_before }) => {
             // Restart from the newest complete checkpoint (or from the seed), at the trace
             // position and with the history the dead host had.
             let from_step = checkpoint.as_ref().map_or(0, |c| c.step);
@@ -234,7 +238,6 @@ pub async fn run_job(
             // (restoring the dead host's wish made that decision look like no change).
             recovery.unannounced = progress.unannounced.into_iter().collect();
             recovery.failed_notice_saves = progress.failed_notice_saves;
-            recovery.told_checkpoint_ms = progress.told_checkpoint_ms;
             recovery.last_periodic_step = from_step;
             history = progress.history;
             interval_counts = progress.interval_counts;
@@ -243,7 +246,7 @@ pub async fn run_job(
             // once more over every past interval but the current one.
             let mut current = None;
             for k in 0..history.len().saturating_sub(1) {
-                let told = recovery.told_checkpoint_ms.get(k).copied().flatten();
+                let told = told_before.get(k).copied().flatten();
                 let decision = decide(settings, policy, &history[..=k], current.as_ref(), told);
                 current = decision.config.and_then(|c| {
                     Layout::new(&settings.spec, c.data_parallel as usize, c.pipeline_stages as usize).ok()
@@ -404,14 +407,9 @@ pub async fn run_job(
             fleet_changed = false;
             let told = told_checkpoint_interval_ms(settings, &recovery, clock(), available);
             let decision = decide(settings, policy, &history, job.layout.as_ref(), told);
-            let interval = next_interval - 1;
-            if recovery.told_checkpoint_ms.len() <= interval {
-                recovery.told_checkpoint_ms.resize(interval + 1, None);
-            }
-            recovery.told_checkpoint_ms[interval] = decision.told_checkpoint_ms;
             log.policy_counts(&policy.predictor_counts(), &policy.optimizer_counts());
             log.event(RunEvent::Decision {
-                interval,
+                interval: next_interval - 1,
                 instances: available,
                 config: decision.config.map(|c| (c.data_parallel, c.pipeline_stages)),
                 source: decision.source.to_string(),
@@ -544,7 +542,6 @@ fn progress_of(job: &JobState, recovery: &Recovery) -> Progress {
         attempts: job.attempts,
         unannounced: recovery.unannounced.iter().copied().collect(),
         failed_notice_saves: recovery.failed_notice_saves,
-        told_checkpoint_ms: recovery.told_checkpoint_ms.clone(),
         ..Progress::default()
     }
 }
@@ -578,15 +575,12 @@ fn told_checkpoint_interval_ms(
     elapsed: Duration,
     instances_now: u32,
 ) -> Option<f64> {
-    let seen = recovery.observations(elapsed);
-    let writes = &recovery.checkpoint_writes;
-    let write_ms = (!writes.is_empty())
-        .then(|| writes.iter().sum::<Duration>().as_secs_f64() * 1000.0 / writes.len() as f64);
+    let ms = |t: Duration| t.as_secs_f64() * 1000.0;
     told_cadence::checkpoint_interval_ms(
         &settings.profile,
         recovery.cadence,
-        seen.step_time.map(|t| t.as_secs_f64() * 1000.0),
-        write_ms,
+        recovery.observations(elapsed).step_time.map(ms),
+        mean(&recovery.checkpoint_writes).map(ms),
         instances_now,
     )
 }

@@ -18,6 +18,8 @@
 use parcae_policy_core::ModelProfile;
 use parcae_policy_core::reactive::best_config_for;
 
+use super::report::{RunEvent, Timed};
+
 /// The checkpoint interval whose half is what a loss rolls back in this run,
 /// ms: `cadence_steps` steps of `step_ms` each (the mean of the recent steps;
 /// before any, the profile's iteration time of the fastest layout that fits
@@ -49,11 +51,29 @@ pub fn profile_at(profile: &ModelProfile, checkpoint_interval_ms: Option<f64>) -
     told
 }
 
+/// Per interval, the checkpoint interval the policy was told when it last decided it
+/// (`None`: the profile's, as in logs of runs before the run told its own).
+pub fn told_intervals(events: &[Timed], intervals: usize) -> Vec<Option<f64>> {
+    let mut told = vec![None; intervals];
+    for e in events {
+        if let RunEvent::Decision { interval, checkpoint_interval_ms, .. } = &e.event
+            && let Some(slot) = told.get_mut(*interval)
+        {
+            *slot = *checkpoint_interval_ms;
+        }
+    }
+    told
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use parcae_policy_core::liveput::lost_work_ms;
     use parcae_policy_core::{ConfigProfile, ParallelConfig};
+
+    fn timed(t_s: f64, event: RunEvent) -> Timed {
+        Timed { t_s, event }
+    }
 
     fn profile() -> ModelProfile {
         let config = |d, p, iteration_ms: f64| ConfigProfile {
@@ -96,5 +116,26 @@ mod tests {
     fn a_step_time_that_is_no_time_is_not_believed() {
         assert_eq!(checkpoint_interval_ms(&profile(), 10, Some(0.0), None, 4), Some(5_000.0));
         assert_eq!(checkpoint_interval_ms(&profile(), 10, Some(f64::NAN), Some(f64::NAN), 2), Some(4_000.0));
+    }
+
+    /// The policy is replayed on the checkpoint interval it was told when it last decided
+    /// each interval; where nothing was recorded (older logs), on the profile's.
+    #[test]
+    fn the_last_decision_of_an_interval_says_what_the_policy_was_told() {
+        let decision = |interval, told| RunEvent::Decision {
+            interval,
+            instances: 4,
+            config: Some((2, 2)),
+            source: "guest".into(),
+            replan: false,
+            checkpoint_interval_ms: told,
+        };
+        let events = [
+            timed(0.0, decision(0, Some(9_000.0))),
+            timed(1.0, decision(0, Some(6_000.0))),
+            timed(4.0, decision(2, None)),
+            timed(5.0, decision(7, Some(1.0))),
+        ];
+        assert_eq!(told_intervals(&events, 3), [Some(6_000.0), None, None]);
     }
 }
