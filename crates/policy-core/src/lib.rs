@@ -7,6 +7,7 @@
 //! the two.
 
 pub mod arima;
+pub mod at_risk;
 pub mod churn;
 pub mod count_forecast;
 pub mod guard;

@@ -518,11 +518,12 @@ pub enum LiveputError {
         /// The rejected value.
         value: f64,
     },
-    /// An interval length or carried time that is negative or not finite.
+    /// An interval length, carried time or work at risk that is negative or
+    /// not finite.
     BadTime {
-        /// Which time (interval length or carried migration).
+        /// Which figure (interval length, carried migration, work at risk).
         what: &'static str,
-        /// The rejected value, ms.
+        /// The rejected value (ms; samples for the work at risk).
         value: f64,
     },
     /// `survivors_per_stage` does not have one entry per old stage.

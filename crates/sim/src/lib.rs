@@ -11,7 +11,8 @@
 //! samples and leftover over which instances are preempted; nothing is sampled,
 //! so a result is deterministic bit for bit. Samples are net: a restart from
 //! checkpoint rolls back the work since the last checkpoint, so an interval
-//! (and a whole run) can come out negative.
+//! (and a whole run) can come out negative; no more than was trained since
+//! the last rollback ([`Simulator::at_risk`], `parcae_policy_core::at_risk`).
 //!
 //! [`simulate_with`] scores the same sequence under another
 //! [`MigrationMode`]: [`MigrationMode::RestartOnChange`] is the Parcae
@@ -58,8 +59,11 @@ pub use baselines::{
 pub use native::drive_native;
 pub use parcae_policy_core::liveput::MigrationMode;
 pub use peers::{Peer, PeerConstants, PeerError, PeerRun, PeerSettings};
-pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_under, plan_steps};
+pub use planned::{
+    ORACLE_MAX_FRONT, liveput_truth, liveput_truth_under, oracle, oracle_options, oracle_under, plan_steps,
+};
 
+use parcae_policy_core::at_risk;
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use serde::Serialize;
@@ -331,6 +335,11 @@ pub struct Simulator<'a> {
     carried_ms: f64,
     mode: MigrationMode,
     recovery: Recovery,
+    /// Expected samples trained since the job last rolled back: the most a
+    /// rollback can take back ([`at_risk`]).
+    at_risk: f64,
+    /// The most that can be at risk ([`at_risk::ceiling`] of the profile).
+    at_risk_ceiling: f64,
 }
 
 impl<'a> Simulator<'a> {
@@ -372,7 +381,16 @@ impl<'a> Simulator<'a> {
             carried_ms: 0.0,
             mode,
             recovery,
+            at_risk: 0.0,
+            at_risk_ceiling: at_risk::ceiling(profile),
         })
+    }
+
+    /// Caps the work at risk at `ceiling` samples instead of the first
+    /// profile's [`at_risk::ceiling`]: a mixed fleet's, over every
+    /// composition, as its Oracle plans with.
+    pub fn set_at_risk_ceiling(&mut self, ceiling: f64) {
+        self.at_risk_ceiling = ceiling;
     }
 
     /// Scores the next intervals with `profile`: a mixed fleet whose composition changed
@@ -411,6 +429,12 @@ impl<'a> Simulator<'a> {
     /// Expected migration time carried into the next interval, ms.
     pub fn carried_ms(&self) -> f64 {
         self.carried_ms
+    }
+
+    /// Expected samples at risk of a rollback in the next interval
+    /// ([`at_risk`]): 0 before the first.
+    pub fn at_risk(&self) -> f64 {
+        self.at_risk
     }
 
     /// Scores the next interval, whose availability is `stats`, running `to`.
@@ -495,7 +519,13 @@ impl<'a> Simulator<'a> {
             .map_err(cost)?,
         };
         let expected = dist.expected();
-        let lost = liveput::lost_samples(self.profile, from, &dist).map_err(cost)? * expected.p_lost_work;
+        // What the cost model charges a rollback (the steady-state share, at this
+        // interval's profile) and what it takes back: the work trained under the
+        // interval before's profile (a mixed fleet's composition may have changed
+        // the old layout's speed since), and no more than is at risk.
+        let charged = liveput::lost_samples(self.profile, from, &dist).map_err(cost)? * expected.p_lost_work;
+        let per_rollback = liveput::lost_samples(self.trained_under, from, &dist).map_err(cost)?;
+        let lost = at_risk::rolled_back(per_rollback, self.at_risk) * expected.p_lost_work;
         let mut value = match realized {
             Some(_) => liveput::liveput_over(self.profile, from, to, &dist, interval_ms, self.carried_ms),
             None => liveput::liveput_with_mode(
@@ -512,17 +542,15 @@ impl<'a> Simulator<'a> {
             ),
         }
         .map_err(cost)?;
-        // The rolled-back work was trained under the interval before's profile (a mixed
-        // fleet's composition may have changed the old layout's speed since): the
-        // cost model charged it at this interval's, and its samples are linear in it.
-        let lost = if std::ptr::eq(self.trained_under, self.profile) {
-            lost
-        } else {
-            let then =
-                liveput::lost_samples(self.trained_under, from, &dist).map_err(cost)? * expected.p_lost_work;
-            value.expected_samples += lost - then;
-            then
-        };
+        // Samples are linear in the work rolled back.
+        value.expected_samples += charged - lost;
+        let p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
+        let at_risk = at_risk::at_risk_after(
+            self.at_risk,
+            p_reset,
+            value.expected_samples + lost,
+            self.at_risk_ceiling,
+        );
         // The busy time each outcome gives the interval, by the mode's carry
         // rule; E[min(b, T)] = E[b] - E[max(b - T, 0)].
         let busy: f64 = dist
@@ -554,6 +582,7 @@ impl<'a> Simulator<'a> {
             p_restart: expected.p_restart,
             p_lost_work: expected.p_lost_work,
         };
+        self.at_risk = at_risk;
         Ok(self.advance(record))
     }
 

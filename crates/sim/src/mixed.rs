@@ -28,6 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use parcae_policy_core::at_risk;
 use parcae_policy_core::mixed::{best_mixed, composition_profile};
 use parcae_policy_core::plan::{self, PlanOptions, TransitionCache};
 use parcae_policy_core::robust::default_terminal_ms;
@@ -290,7 +291,7 @@ pub fn oracle(
         return Ok(Vec::new());
     }
     let mut cache = TransitionCache::default();
-    let options = PlanOptions { recovery, ..PlanOptions::default() };
+    let options = crate::planned::oracle_options(recovery);
     let planned = plan::best_plan_varying(
         union,
         &speeds(views, 0, series.len()),
@@ -321,12 +322,18 @@ pub fn liveput_truth(
     let horizon = horizon.max(1);
     let Some(first) = views.first() else { return Ok(Vec::new()) };
     let mut simulator = Simulator::with_recovery(first, interval_ms, MigrationMode::Live, recovery)?;
+    simulator.set_at_risk_ceiling(views.iter().map(|v| at_risk::ceiling(v)).fold(0.0, f64::max));
     let mut cache = TransitionCache::default();
     let mut decisions = Vec::with_capacity(series.len());
     let terminal_ms = default_terminal_ms(interval_ms);
     for (k, stats) in series.iter().enumerate() {
         let end = (k + horizon).min(steps.len());
-        let options = PlanOptions { recovery, terminal_ms, ..PlanOptions::default() };
+        let options = PlanOptions {
+            recovery,
+            terminal_ms,
+            at_risk: Some(simulator.at_risk()),
+            ..PlanOptions::default()
+        };
         let planned = plan::best_plan_varying(
             union,
             &speeds(views, k, end),
@@ -387,6 +394,7 @@ pub fn simulate(
         return Ok(summarize(Vec::new(), interval_ms, unpriced));
     };
     let mut simulator = Simulator::with_recovery(first, interval_ms, mode, recovery)?;
+    simulator.set_at_risk_ceiling(views.iter().map(|v| at_risk::ceiling(v)).fold(0.0, f64::max));
     let mut records = Vec::with_capacity(series.len());
     for ((stats, &to), profile) in series.iter().zip(decisions).zip(views) {
         simulator.set_profile(profile);

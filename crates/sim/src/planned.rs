@@ -49,12 +49,24 @@ pub fn oracle_under(
         return Err(SimError::ZeroInterval);
     }
     let mut cache = TransitionCache::default();
-    let options = PlanOptions { recovery, ..PlanOptions::default() };
+    let options = oracle_options(recovery);
     let planned =
         plan::best_plan_with(profile, None, 0.0, &plan_steps(series), interval_ms, options, &mut cache)
             .map_err(|source| SimError::CostModel { interval: 0, source })?;
     Ok(planned.iter().map(|p| p.config).collect())
 }
+
+/// How the Oracle plans under `recovery`: from a cold start under the
+/// work-at-risk rule (`parcae_policy_core::at_risk`), as every row is scored,
+/// with fronts large enough never to be thinned on the public traces (their
+/// largest is 49 pairs on the p3 trace, GPT-1.5B; thinned at the default 32,
+/// 91 fronts lost pairs), so the plan is exact.
+pub fn oracle_options(recovery: Recovery) -> PlanOptions {
+    PlanOptions { recovery, at_risk: Some(0.0), max_front: ORACLE_MAX_FRONT, ..PlanOptions::default() }
+}
+
+/// Largest Pareto front the Oracle keeps ([`oracle_options`]).
+pub const ORACLE_MAX_FRONT: usize = 1024;
 
 /// Liveput with the true future over a receding horizon: at each interval,
 /// plan the next `horizon` true intervals from the state the simulator is in
@@ -86,7 +98,12 @@ pub fn liveput_truth_under(
     let terminal_ms = default_terminal_ms(interval_ms);
     for (k, stats) in series.iter().enumerate() {
         let window = &steps[k..(k + horizon).min(steps.len())];
-        let options = PlanOptions { recovery, terminal_ms, ..PlanOptions::default() };
+        let options = PlanOptions {
+            recovery,
+            terminal_ms,
+            at_risk: Some(simulator.at_risk()),
+            ..PlanOptions::default()
+        };
         let planned = plan::best_plan_with(
             profile,
             simulator.current(),

@@ -131,8 +131,12 @@ fn the_mixed_oracle_beats_every_decision_sequence() {
 
 #[test]
 fn rolled_back_work_is_valued_at_the_speed_it_was_trained_at() {
-    let fast = typed(10.0, 2.0, &[1]);
-    let slow = typed(40.0, 2.0, &[1]);
+    // Checkpoints every 20 s: the first interval trains more than a rollback
+    // takes back, so the work at risk does not cap it.
+    let mut fast = typed(10.0, 2.0, &[1]);
+    let mut slow = typed(40.0, 2.0, &[1]);
+    fast.checkpoint_interval_ms = 20_000.0;
+    slow.checkpoint_interval_ms = 20_000.0;
     // Two fast instances run (2, 1); then one fast is preempted unannounced and a slow one
     // arrives: the composition (1 fast, 1 slow) runs (2, 1) slower, but the work rolled
     // back was trained by two fast replicas.

@@ -1,10 +1,17 @@
 //! `simulate` on small cases computed by hand from the cost model's rules
-//! (`parcae_policy_core::liveput`), and the baselines that need no planner.
+//! (`parcae_policy_core::liveput`), the baselines that need no planner, and
+//! the work-at-risk rule (`parcae_policy_core::at_risk`): a rollback takes
+//! back no more than was trained since the last one, and the Oracle, which
+//! plans under the rule, is still the best decision sequence there is
+//! (checked against every sequence on small random series).
 
-use parcae_policy_core::{ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, StagePartition};
+use parcae_policy_core::plan::{self, TransitionCache};
+use parcae_policy_core::{
+    ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, Recovery, StagePartition,
+};
 use parcae_sim::{
-    ArtifactStrategy, IssueReason, Prices, SimError, Simulator, artifact, ideal, ideal_samples, reactive,
-    simulate,
+    ArtifactStrategy, IssueReason, MigrationMode, Prices, SimError, Simulator, artifact, ideal,
+    ideal_samples, oracle_options, oracle_under, plan_steps, reactive, simulate, simulate_under,
 };
 use parcae_traces::{IntervalSeries, ReferenceDecision, Strategy};
 
@@ -320,4 +327,135 @@ fn each_interval_is_scored_with_its_own_profile() {
     assert!(close(r.intervals[1].samples, 2.0 * r.intervals[2].samples), "{:?}", r.intervals);
     let e = parcae_sim::mixed::simulate(&profiles[..2], &series, T, &decisions, live, recovery).unwrap_err();
     assert!(matches!(e, SimError::Profiles { profiles: 2, intervals: 3 }), "{e}");
+}
+
+#[test]
+fn a_rollback_soon_after_a_start_loses_only_what_was_trained_since() {
+    // A checkpoint every 20 minutes: a steady-state rollback is 10 minutes of
+    // training, 6,000 samples at (1, 1)'s 10/s; only one interval has run.
+    let profile = toy(5000.0, 1_200_000.0);
+    let one = Some(ParallelConfig::new(1, 1));
+    let series = [stats(2, 2, 0), stats(1, 0, 1)];
+    let mut sim = Simulator::with_recovery(&profile, T, MigrationMode::Live, Recovery::UNANNOUNCED).unwrap();
+    assert_eq!(sim.at_risk(), 0.0);
+    let first = sim.step(series[0], one).unwrap();
+    assert!(first.samples > 0.0 && first.samples < 600.0);
+    assert!(close(sim.at_risk(), first.samples), "{} at risk after {}", sim.at_risk(), first.samples);
+    let second = sim.step(series[1], one).unwrap();
+    // The holder is one of the two instances: half a chance of a rollback,
+    // which takes back what the first interval trained, not 6,000 samples.
+    assert_eq!(second.p_lost_work, 0.5);
+    assert!(close(second.lost_samples, 0.5 * first.samples), "{}", second.lost_samples);
+
+    // Long after the start the whole steady-state share is at risk again.
+    let long: Vec<IntervalStats> =
+        std::iter::once(stats(2, 2, 0)).chain(std::iter::repeat_n(stats(2, 0, 0), 12)).collect();
+    let mut sim = Simulator::with_recovery(&profile, T, MigrationMode::Live, Recovery::UNANNOUNCED).unwrap();
+    for s in &long {
+        sim.step(*s, one).unwrap();
+    }
+    assert!(sim.at_risk() > 6000.0, "{}", sim.at_risk());
+    let wiped = sim.step(stats(1, 0, 1), one).unwrap();
+    assert!(close(wiped.lost_samples, 0.5 * 6000.0), "{}", wiped.lost_samples);
+}
+
+/// A tiny deterministic generator, so the random cases are the same every run.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u32) -> u32 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % u64::from(n)) as u32
+    }
+}
+
+/// A random series on at most 3 instances: each interval some of those alive
+/// go and some arrive.
+fn random_series(rng: &mut Lcg, len: usize) -> Vec<IntervalStats> {
+    let mut alive = 0u32;
+    (0..len)
+        .map(|_| {
+            let preempted = rng.below(alive + 1);
+            let arrived = rng.below(3 - (alive - preempted) + 1);
+            alive = alive - preempted + arrived;
+            stats(alive, arrived, preempted)
+        })
+        .collect()
+}
+
+/// The most samples any decision sequence trains on `series`, by scoring
+/// every one that fits.
+fn best_of_every_sequence(profile: &ModelProfile, series: &[IntervalStats], recovery: Recovery) -> f64 {
+    let choices: Vec<Option<ParallelConfig>> =
+        std::iter::once(None).chain(profile.configs.iter().map(|c| Some(c.config))).collect();
+    let mut best = f64::NEG_INFINITY;
+    let total = choices.len().pow(series.len() as u32);
+    for code in 0..total {
+        let mut rest = code;
+        let decisions: Vec<Option<ParallelConfig>> = series
+            .iter()
+            .map(|_| {
+                let c = choices[rest % choices.len()];
+                rest /= choices.len();
+                c
+            })
+            .collect();
+        let fits = decisions
+            .iter()
+            .zip(series)
+            .all(|(d, s)| d.is_none_or(|c| c.instances() <= u64::from(s.instances)));
+        if fits {
+            let run = simulate_under(profile, series, T, &decisions, PRICES, MigrationMode::Live, recovery);
+            best = best.max(run.unwrap().totals.samples);
+        }
+    }
+    best
+}
+
+#[test]
+fn the_oracle_is_the_best_sequence_under_the_rule() {
+    // A checkpoint every 10 minutes: a rollback is worth 5 minutes of training,
+    // more than an interval trains, so the rule binds for several intervals
+    // after each start or rollback.
+    let profile = toy(5000.0, 600_000.0);
+    let mut rng = Lcg(16);
+    let mut rolled_back = 0;
+    for case in 0..40 {
+        let series = random_series(&mut rng, 5);
+        for recovery in [Recovery::UNANNOUNCED, Recovery::with_notice(30_000.0, 1.0)] {
+            let oracle = oracle_under(&profile, &series, T, recovery).unwrap();
+            let scored = simulate_under(&profile, &series, T, &oracle, PRICES, MigrationMode::Live, recovery)
+                .unwrap()
+                .totals;
+            let best = best_of_every_sequence(&profile, &series, recovery);
+            assert!(
+                close(scored.samples, best),
+                "case {case} {series:?}: oracle {} < best {best}",
+                scored.samples
+            );
+            // The planner's own value is the simulator's.
+            let options = oracle_options(recovery);
+            let planned = plan::best_plan_with(
+                &profile,
+                None,
+                0.0,
+                &plan_steps(&series),
+                T,
+                options,
+                &mut TransitionCache::default(),
+            )
+            .unwrap();
+            let value: f64 = planned.iter().map(|p| p.expected_samples).sum();
+            assert!(
+                close(value, scored.samples),
+                "case {case}: planner {value}, simulator {}",
+                scored.samples
+            );
+            if scored.lost_samples > 0.0 {
+                rolled_back += 1;
+            }
+        }
+    }
+    // The random cases do exercise rollbacks.
+    assert!(rolled_back >= 5, "only {rolled_back} cases roll back");
 }

@@ -121,7 +121,7 @@ fn check_bounds(profile: &ModelProfile, trace: &Trace, recovery: Recovery) {
     let best = run(&best_decisions, MigrationMode::Live);
     let slack = 1e-9 * bound.max(1.0);
     assert!(best <= bound + slack, "{name}: oracle {best} above ideal {bound}");
-    let options = plan::PlanOptions { recovery, ..plan::PlanOptions::default() };
+    let options = parcae_sim::oracle_options(recovery);
     let planned = plan::best_plan_with(
         profile,
         None,

@@ -156,6 +156,9 @@ pub(super) struct OutcomeTerms {
     /// ([`crate::liveput::Outcome::busy_ms`]); infinite for other kinds, so
     /// `carried.min(abandon) + d` is `liveput()`'s busy time bit for bit.
     pub(super) abandon: f64,
+    /// Whether the outcome rolls back to the last checkpoint: what is at
+    /// risk starts again from nothing ([`crate::at_risk`]).
+    pub(super) resets: bool,
 }
 
 /// Table entry of a transition not computed yet.
@@ -269,6 +272,7 @@ impl DistributionStore {
             d: o.duration_ms,
             lost: if o.lost_work { lost } else { 0.0 },
             abandon: if o.kind == MigrationKind::Restart { o.concurrent_ms } else { f64::INFINITY },
+            resets: o.lost_work,
         }));
         let head = (start, self.outs.len() - start);
         let index = u32::try_from(self.heads.len())

@@ -29,6 +29,25 @@
 //! plan under the cost model (the tests check it against brute-force
 //! enumeration of every plan).
 //!
+//! **Work at risk.** Under [`crate::at_risk`]'s rule ([`PlanOptions::at_risk`]:
+//! the Oracle's and liveput-truth's, the simulator's) a rollback takes back at
+//! most what was trained since the last one, so the state also carries the
+//! expected samples at risk `r`, and a pair is `(value, leftover, r)`. A pair
+//! dominates another of no less leftover when its value is ahead by at least
+//! the extra it risks: the rest of the plan is non-increasing in the carry and
+//! loses at most `r - r'` more from `r` than from `r' < r` (every sample at
+//! risk is rolled back at most once: a rollback's probability is also the
+//! probability that `r` resets), by induction over the intervals; a carry
+//! that trains less now also risks less next, but never by more than it
+//! trained less. So the fronts stay exact (checked against every decision
+//! sequence in `crates/sim/tests/simulate.rs`). Without the rule every `r` is
+//! infinite and value alone decides, as above, bit for bit. The fronts are
+//! larger with it (up to 49 pairs on the p3-shaped trace of `timing`), so the
+//! Oracle keeps up to 1,024 (`parcae_sim::oracle_options`) and takes 2x to 23x
+//! as long as without the rule. The online policy, which is not told when the
+//! job last rolled back, plans without it (planning with it from the steady
+//! state chose the same layouts on the p3 segments in 12x the time).
+//!
 //! **Cap.** A front keeps at most [`MAX_FRONT`] pairs; a longer one is thinned
 //! to pairs evenly spaced in leftover order, always keeping both ends (the
 //! pair with the least leftover and the one with the most value). Once a front
@@ -152,7 +171,8 @@
 //! 6-55 ms per model with the true future as the forecast, 3-36 ms with a
 //! flat one, 43-83 ms with a flat one hedged by three burst sizes; the Oracle
 //! (one call over 683 intervals) 3-22 ms per model (15-420 ms without the
-//! bound and the pair models).
+//! bound and the pair models; 14-970 ms under the work-at-risk rule, measured
+//! later beside 7-43 ms without it).
 //!
 //! # Modules
 //!
@@ -287,6 +307,15 @@ pub struct PlanOptions {
     /// profile, or that does not fit the first interval's instances, is an
     /// error.
     pub first: Option<ParallelConfig>,
+    /// The samples at risk before the first interval, under the rule of
+    /// [`crate::at_risk`]: a rollback takes back at most what was trained since
+    /// the job last (re)started, and the program keeps it as a third
+    /// coordinate of its fronts. `None` (the default, and the online policy's:
+    /// it is not told when the job last restarted) charges every rollback its
+    /// steady-state share, bit for bit as before the rule. The Oracle starts
+    /// at `Some(0.0)` (a cold start), a receding-horizon planner at what the
+    /// simulator carries.
+    pub at_risk: Option<f64>,
 }
 
 impl Default for PlanOptions {
@@ -298,6 +327,7 @@ impl Default for PlanOptions {
             prune_depths: PRUNE_DEPTHS,
             terminal_ms: 0.0,
             first: None,
+            at_risk: None,
         }
     }
 }
@@ -432,6 +462,9 @@ fn plan(
 ) -> Result<ScoredPlan, LiveputError> {
     if !(carried_ms.is_finite() && carried_ms >= 0.0) {
         return Err(LiveputError::BadTime { what: "carried_ms", value: carried_ms });
+    }
+    if let Some(at_risk) = options.at_risk.filter(|r| !(r.is_finite() && *r >= 0.0)) {
+        return Err(LiveputError::BadTime { what: "at_risk", value: at_risk });
     }
     let afters = instances_after_each(steps)?;
     if steps.is_empty() {

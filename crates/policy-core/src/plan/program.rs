@@ -1,7 +1,8 @@
 //! The dynamic program: per interval and state, the Pareto front of
-//! `(value so far, leftover)` pairs over the plans that reach it, built from
-//! the previous interval's fronts with `liveput()`'s arithmetic; then the best
-//! final pair, traced back into a plan. See the module documentation of
+//! `(value so far, leftover)` pairs over the plans that reach it (and, under
+//! [`crate::at_risk`]'s rule, the work at risk as a third coordinate), built
+//! from the previous interval's fronts with `liveput()`'s arithmetic; then the
+//! best final pair, traced back into a plan. See the module documentation of
 //! [`super`] for why it is exact.
 
 use super::cache::{CacheStats, DistributionStore, OutcomeTerms, table_key};
@@ -11,6 +12,7 @@ use super::scenarios::{Churn, Mixture, mixtures};
 use super::{PlanOptions, Step};
 use super::{PlannedStep, ScoredPlan};
 use crate::ParallelConfig;
+use crate::at_risk::{at_risk_after, rolled_back};
 use crate::liveput::LiveputError;
 
 /// One pair of a Pareto front, with its back pointer.
@@ -20,6 +22,9 @@ pub(super) struct Point {
     value: f64,
     /// Expected leftover carried out of this interval, ms.
     leftover: f64,
+    /// Expected samples at risk after this interval ([`crate::at_risk`]);
+    /// infinite when the plan charges every rollback its steady-state share.
+    at_risk: f64,
     /// Expected samples of this interval.
     samples: f64,
     /// State of this interval (layout index, or `S` for a pause).
@@ -135,6 +140,11 @@ struct Program<'a> {
     first: Option<usize>,
     /// Per-interval throughputs ([`Horizon::speeds`]).
     speeds: Option<&'a [Vec<f64>]>,
+    /// Whether rollbacks are capped by the work at risk ([`PlanOptions::at_risk`]).
+    capped: bool,
+    /// The most that can be at risk: the fastest layout's rollback at any
+    /// interval's speed ([`crate::at_risk::ceiling`]).
+    risk_ceiling: f64,
 }
 
 impl<'a> Program<'a> {
@@ -158,6 +168,14 @@ impl<'a> Program<'a> {
             // `plan` refuses a forced layout outside the profile before this.
             first: options.first.and_then(|c| layouts.iter().position(|k| k.config == c)),
             speeds: horizon.speeds,
+            capped: options.at_risk.is_some(),
+            risk_ceiling: match horizon.speeds {
+                None => crate::at_risk::ceiling(ctx.profile),
+                Some(rows) => {
+                    let fastest = rows.iter().flatten().copied().fold(0.0, f64::max);
+                    crate::liveput::lost_work_ms(ctx.profile) * fastest / 1000.0
+                }
+            },
         }
     }
 
@@ -198,6 +216,7 @@ impl<'a> Program<'a> {
         work.points.push(Point {
             value: 0.0,
             leftover: horizon.carried_ms,
+            at_risk: self.options.at_risk.unwrap_or(f64::INFINITY),
             samples: 0.0,
             state: self.start_state as u32,
             pred: u32::MAX,
@@ -301,8 +320,11 @@ impl<'a> Program<'a> {
         let layouts = &self.ctx.layouts;
         let n_states = self.n_states();
         scratch.clear();
-        let mut found = Found { best: None, with_leftover: &mut *scratch };
+        let mut found = Found { best: None, with_leftover: &mut *scratch, capped: self.capped };
         let bound = self.most_samples(i, t);
+        // The least work at risk a pair of this front can carry: nothing after
+        // a reset under the rule, else every pair's is infinite.
+        let least_at_risk = if self.capped { 0.0 } else { f64::INFINITY };
         for f in self.predecessors(live, t) {
             let (start, len) = prev[f];
             if len == 0 {
@@ -313,7 +335,7 @@ impl<'a> Program<'a> {
             // leftover found so far: every pair it yields would be dropped, so
             // skip it before looking up (or computing) its transition. Exact:
             // the plan is the same, only faster.
-            if found.dominated(points[start + len - 1].value + bound) {
+            if found.dominated(points[start + len - 1].value + bound, least_at_risk) {
                 store.stats.pruned += 1;
                 continue;
             }
@@ -333,15 +355,22 @@ impl<'a> Program<'a> {
             let preds = &points[start..start + len];
             let lost_scale = from.map_or(1.0, |f| self.lost_scale(i, f));
             if t == self.pause {
-                let samples = pause_samples(&store.outs, outcomes, lost_scale);
-                found.offer_pauses(preds, start, samples, self.interval_ms, t);
+                let pause =
+                    Pause { outs: &store.outs, scenarios: outcomes, lost_scale, ceiling: self.risk_ceiling };
+                found.offer_pauses(preds, start, &pause, self.interval_ms, t);
             } else {
-                let into = Move { outs: &store.outs, scenarios: outcomes, thr: self.thr(i, t), lost_scale };
+                let into = Move {
+                    outs: &store.outs,
+                    scenarios: outcomes,
+                    thr: self.thr(i, t),
+                    lost_scale,
+                    ceiling: self.risk_ceiling,
+                };
                 found.offer_moves(preds, start, &into, self.interval_ms, t);
             }
         }
         let best = found.best;
-        Ok(commit_front(points, best, scratch, self.options.max_front, &mut store.stats))
+        Ok(commit_front(points, best, scratch, self.options.max_front, self.capped, &mut store.stats))
     }
 
     /// With a terminal value and churn, what each state loses per ms after the
@@ -462,67 +491,117 @@ struct Move<'a> {
     thr: f64,
     /// Scale of the outcomes' lost work ([`Program::lost_scale`]).
     lost_scale: f64,
+    /// The most that can be at risk ([`Program::risk_ceiling`]).
+    ceiling: f64,
 }
+
+/// What one transition does to a pair: `(samples, leftover, at_risk)` after it.
+type Moved = (f64, f64, f64);
 
 impl Move<'_> {
     /// `liveput()` of the transition, operation for operation, with `carried`
-    /// ms in flight: `(samples, leftover)`. One scenario: exactly its numbers;
+    /// ms in flight and `at_risk` samples at risk (every rollback takes back
+    /// at most that; infinite: exactly `liveput()`), and the work at risk
+    /// after it (infinite stays infinite). One scenario: exactly its numbers;
     /// several: the probability-weighted sum of theirs.
-    fn value(&self, carried: f64, interval_ms: f64) -> (f64, f64) {
+    fn value(&self, carried: f64, at_risk: f64, interval_ms: f64) -> Moved {
         let single = self.scenarios.len() == 1;
-        let (mut samples, mut leftover) = (0.0f64, 0.0f64);
+        let (mut samples, mut leftover, mut gross, mut resets) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
         for s in self.scenarios {
-            let (mut part, mut left) = (0.0f64, 0.0f64);
+            let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
             for o in &self.outs[s.start..s.end] {
                 let busy = carried.min(o.abandon) + o.d;
                 let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
-                part += o.p * (trained - o.lost * self.lost_scale);
+                part += o.p * (trained - rolled_back(o.lost * self.lost_scale, at_risk));
                 left += o.p * (busy - interval_ms).max(0.0);
+                g += o.p * trained;
+                if o.resets {
+                    r += o.p;
+                }
             }
             if single {
-                (samples, leftover) = (part, left);
+                (samples, leftover, gross, resets) = (part, left, g, r);
             } else {
                 samples += s.weight * part;
                 leftover += s.weight * left;
+                gross += s.weight * g;
+                resets += s.weight * r;
             }
         }
-        (samples, leftover)
+        let after =
+            if at_risk.is_finite() { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
+        (samples, leftover, after)
     }
 }
 
-/// `liveput()` of a pause: nothing trained, the in-flight migration runs on,
-/// the lost work still lost; weighted over the scenarios as [`Move::value`].
-fn pause_samples(outs: &[OutcomeTerms], scenarios: &[ScenarioOutcomes], lost_scale: f64) -> f64 {
-    let single = scenarios.len() == 1;
-    let mut samples = 0.0f64;
-    for s in scenarios {
-        let mut part = 0.0f64;
-        for o in &outs[s.start..s.end] {
-            part -= o.p * o.lost * lost_scale;
+/// The transition into a pause.
+struct Pause<'a> {
+    /// The store's outcomes.
+    outs: &'a [OutcomeTerms],
+    /// Where each scenario's outcomes lie in `outs`.
+    scenarios: &'a [ScenarioOutcomes],
+    /// Scale of the outcomes' lost work ([`Program::lost_scale`]).
+    lost_scale: f64,
+    /// The most that can be at risk ([`Program::risk_ceiling`]).
+    ceiling: f64,
+}
+
+impl Pause<'_> {
+    /// `liveput()` of a pause: nothing trained, the in-flight migration runs
+    /// on, the lost work still lost (at most `at_risk`); weighted over the
+    /// scenarios as [`Move::value`]. `(samples, at_risk after)`.
+    fn value(&self, at_risk: f64) -> (f64, f64) {
+        let single = self.scenarios.len() == 1;
+        let (mut samples, mut resets) = (0.0f64, 0.0f64);
+        for s in self.scenarios {
+            let (mut part, mut r) = (0.0f64, 0.0f64);
+            for o in &self.outs[s.start..s.end] {
+                part -= o.p * rolled_back(o.lost * self.lost_scale, at_risk);
+                if o.resets {
+                    r += o.p;
+                }
+            }
+            if single {
+                (samples, resets) = (part, r);
+            } else {
+                samples += s.weight * part;
+                resets += s.weight * r;
+            }
         }
-        samples += if single { part } else { s.weight * part };
+        let after =
+            if at_risk.is_finite() { at_risk_after(at_risk, resets, 0.0, self.ceiling) } else { at_risk };
+        (samples, after)
     }
-    samples
 }
 
 /// The candidate pairs of one front as they are found: the best pair without
-/// leftover, and the pairs with a leftover that beat it when they were found.
+/// leftover, and the other pairs that it did not dominate when they were found.
 struct Found<'s> {
     /// Most valuable pair without leftover so far.
     best: Option<Point>,
-    /// Pairs with a positive leftover.
+    /// The other candidates: pairs with a positive leftover and, under the
+    /// work-at-risk rule, pairs without one that risk less than `best`.
     with_leftover: &'s mut Vec<Point>,
+    /// Whether pairs carry a finite work at risk ([`PlanOptions::at_risk`]).
+    capped: bool,
 }
 
 impl Found<'_> {
-    /// Whether a pair of `value` would be dropped: it is no better than the
-    /// best pair without leftover.
-    fn dominated(&self, value: f64) -> bool {
-        self.best.is_some_and(|b| value <= b.value)
+    /// Whether a pair of `value` and `at_risk` (or more) would be dropped: the
+    /// best pair without leftover dominates it ([`dominates`]).
+    fn dominated(&self, value: f64, at_risk: f64) -> bool {
+        self.best.is_some_and(|b| dominates(b.value, b.at_risk, value, at_risk))
     }
 
     fn offer(&mut self, point: Point) {
-        if point.leftover == 0.0 {
+        if point.leftover != 0.0 {
+            self.with_leftover.push(point);
+        } else if self.best.is_none_or(|b| point.value > b.value) {
+            // Not dominated, so only a pair that risks less than the old best
+            // is kept beside the new one (never without the rule).
+            if let Some(old) = self.best.filter(|_| self.capped) {
+                self.with_leftover.push(old);
+            }
             self.best = Some(point);
         } else {
             self.with_leftover.push(point);
@@ -531,39 +610,66 @@ impl Found<'_> {
 
     /// Offer the pairs of pausing in state `t` after each pair of a
     /// predecessor's front (`preds`, from arena index `first`).
-    fn offer_pauses(&mut self, preds: &[Point], first: usize, samples: f64, interval_ms: f64, t: usize) {
-        for (k, q) in preds.iter().enumerate() {
-            let value = q.value + samples;
-            if self.dominated(value) {
-                continue;
-            }
-            let leftover = (q.leftover - interval_ms).max(0.0);
-            self.offer(Point { value, leftover, samples, state: t as u32, pred: (first + k) as u32 });
-        }
+    fn offer_pauses(&mut self, preds: &[Point], first: usize, pause: &Pause<'_>, interval_ms: f64, t: usize) {
+        // Without the rule every pair pauses to the same samples.
+        let uncapped = (!self.capped).then(|| pause.value(f64::INFINITY));
+        self.offer_each(preds, first, t, |q| {
+            let (samples, at_risk) = uncapped.unwrap_or_else(|| pause.value(q.at_risk));
+            (samples, (q.leftover - interval_ms).max(0.0), at_risk)
+        });
     }
 
     /// Offer the pairs of moving into layout `t` after each pair of a
     /// predecessor's front (`preds`, from arena index `first`).
     fn offer_moves(&mut self, preds: &[Point], first: usize, into: &Move<'_>, interval_ms: f64, t: usize) {
+        self.offer_each(preds, first, t, |q| into.value(q.leftover, q.at_risk, interval_ms));
+    }
+
+    /// Offer the pair that `step` makes of each pair of a predecessor's front,
+    /// unless the best pair without leftover already dominates it.
+    fn offer_each(&mut self, preds: &[Point], first: usize, t: usize, step: impl Fn(&Point) -> Moved) {
         for (k, q) in preds.iter().enumerate() {
-            let (samples, leftover) = into.value(q.leftover, interval_ms);
+            let (samples, leftover, at_risk) = step(q);
             let value = q.value + samples;
-            if self.dominated(value) {
+            if self.dominated(value, at_risk) {
                 continue;
             }
-            self.offer(Point { value, leftover, samples, state: t as u32, pred: (first + k) as u32 });
+            let pred = (first + k) as u32;
+            self.offer(Point { value, leftover, at_risk, samples, state: t as u32, pred });
         }
     }
 }
 
-/// Append the front to the arena: the best pair without leftover, then the
-/// pairs with more leftover and strictly more value, in leftover order,
-/// thinned to `max_front` pairs (both ends kept). Returns its `(start, len)`.
+/// Whether a pair of `value` and `at_risk` can never lead to a worse plan than
+/// one of `other_value` and `other_at_risk`, given it has no more leftover:
+/// what is at risk costs at most itself in the rest of the plan (every sample
+/// of it is rolled back at most once, [`crate::at_risk`]), so a pair risking
+/// more must be ahead by at least the difference, up to rounding (a path that
+/// trained more risks exactly as much more, but the two sums round apart).
+/// Without the rule (every work at risk infinite), value alone decides.
+fn dominates(value: f64, at_risk: f64, other_value: f64, other_at_risk: f64) -> bool {
+    let extra = at_risk - other_at_risk;
+    if extra > 0.0 {
+        value >= other_value + extra - ROUNDING * (other_value.abs() + extra)
+    } else {
+        value >= other_value
+    }
+}
+
+/// Relative slack of [`dominates`] for the sums' rounding: far below anything
+/// a plan's value is compared at (the tests' 1e-9).
+const ROUNDING: f64 = 1e-11;
+
+/// Append the front to the arena: the best pair without leftover, then, in
+/// order of leftover (and work at risk), the pairs no pair before them
+/// dominates (without the work-at-risk rule: strictly more value), thinned to
+/// `max_front` pairs (both ends kept). Returns its `(start, len)`.
 fn commit_front(
     points: &mut Vec<Point>,
     best: Option<Point>,
     with_leftover: &mut [Point],
     max_front: usize,
+    capped: bool,
     stats: &mut CacheStats,
 ) -> (usize, usize) {
     let base = points.len();
@@ -573,10 +679,22 @@ fn commit_front(
         points.push(b);
     }
     if !with_leftover.is_empty() {
-        with_leftover.sort_by(|a, b| a.leftover.total_cmp(&b.leftover).then(b.value.total_cmp(&a.value)));
+        with_leftover.sort_by(|a, b| {
+            a.leftover
+                .total_cmp(&b.leftover)
+                .then(b.value.total_cmp(&a.value))
+                .then(a.at_risk.total_cmp(&b.at_risk))
+        });
         for p in with_leftover.iter() {
-            if p.value > top {
-                top = p.value;
+            // Every pair kept so far has no more leftover than `p`, and none
+            // that comes later dominates one kept before it.
+            let dominated = if capped {
+                points[base..].iter().any(|q| dominates(q.value, q.at_risk, p.value, p.at_risk))
+            } else {
+                p.value <= top
+            };
+            if !dominated {
+                top = top.max(p.value);
                 points.push(*p);
             }
         }

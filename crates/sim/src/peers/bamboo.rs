@@ -46,8 +46,8 @@ use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 
 use super::rng::SplitMix64;
 use super::{
-    BambooConstants, BambooModel, BambooSpeed, Peer, PeerError, PeerRun, PeerSettings, check_series,
-    cold_start_ms, model_entry, never_runs, record, train,
+    BambooConstants, BambooModel, BambooSpeed, Peer, PeerError, PeerRun, PeerSettings, cap_rollbacks,
+    check_series, cold_start_ms, model_entry, never_runs, record, train,
 };
 use crate::{IntervalRecord, KindProbabilities, PeerConstants, summarize};
 
@@ -457,6 +457,7 @@ fn simulate(
     for (k, stats) in series.iter().enumerate() {
         records.push(run.step(k, *stats, victims)?);
     }
+    cap_rollbacks(profile, &mut records);
     Ok(Outcome::Ran { records, events: run.events, plan_note })
 }
 
@@ -592,10 +593,16 @@ mod tests {
         assert_eq!(r[0].config, Some(ParallelConfig::new(1, 2)));
         assert_eq!(r[0].samples, 20.0 * 50.0);
         assert_eq!(r[1].config, None);
-        assert_eq!(r[1].lost_samples, 600.0 * 20.0);
+        // 10 minutes at 20/s would be 12,000 samples, but only the 50 s since
+        // the cold start were trained: that is all a rollback takes back.
+        assert_eq!(r[1].lost_samples, 20.0 * 50.0);
         // Back with 2: rendezvous 3 s + reload 10 s.
         assert_eq!(r[2].migration_ms, 13_000.0);
         assert_eq!(r[2].samples, 20.0 * 47.0);
+        // Checkpoints every minute: 30 s lost, less than what was trained.
+        let p = profile(10_000.0, 60_000.0);
+        let run = bamboo_with_victims(&p, &series, &c, &settings(), &[vec![], vec![0, 1], vec![]]).unwrap();
+        assert_eq!(run.result.intervals[1].lost_samples, 30.0 * 20.0);
     }
 
     #[test]

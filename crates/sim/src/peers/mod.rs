@@ -48,7 +48,9 @@
 //!   restart from nothing) for every system; later restarts cost each system's
 //!   own published figure.
 //! - Work that no surviving instance holds any more is lost back to the last
-//!   checkpoint ([`parcae_policy_core::liveput::lost_work_ms`]), as for Parcae.
+//!   checkpoint ([`parcae_policy_core::liveput::lost_work_ms`]), and no more
+//!   than was trained since the last rollback ([`parcae_policy_core::at_risk`]),
+//!   as for Parcae (Varuna: the iterations since its own last checkpoint).
 //!
 //! Records reuse [`IntervalRecord`]; the kinds mean: `intra_stage` = a
 //! preemption absorbed without reconfiguring (Bamboo's fail-over),
@@ -63,6 +65,7 @@ mod oobleck;
 mod rng;
 mod varuna;
 
+use parcae_policy_core::at_risk;
 use parcae_policy_core::liveput::{self, MigrationKind};
 use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
@@ -332,6 +335,27 @@ fn record(
         transition_ms_by_kind: p.map(|q| q * transition_ms),
         p_restart: restart,
         p_lost_work: if lost_samples > 0.0 { 1.0 } else { 0.0 },
+    }
+}
+
+/// Caps each record's rollback at the work at risk, as the simulator does for
+/// Parcae's rows ([`parcae_policy_core::at_risk`]): the same rule for every
+/// row that charges the profile's steady-state rollback (Varuna counts the
+/// iterations since its own last checkpoint, which a restart resets, so its
+/// rollbacks need no cap). A peer's record is one expectation per interval,
+/// so the rule runs on it: a record that loses work with probability
+/// `p_lost_work` loses `lost_samples / p_lost_work` each time in steady state;
+/// a rollback starts the work at risk again from nothing.
+fn cap_rollbacks(profile: &ModelProfile, records: &mut [IntervalRecord]) {
+    let ceiling = at_risk::ceiling(profile);
+    let mut risk = 0.0;
+    for r in records.iter_mut() {
+        if r.p_lost_work > 0.0 {
+            let lost = at_risk::rolled_back(r.lost_samples / r.p_lost_work, risk) * r.p_lost_work;
+            r.samples += r.lost_samples - lost;
+            r.lost_samples = lost;
+        }
+        risk = at_risk::at_risk_after(risk, r.p_lost_work, r.samples + r.lost_samples, ceiling);
     }
 }
 

@@ -26,8 +26,8 @@ use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 
 use super::OobleckReconfiguration;
 use super::{
-    Peer, PeerError, PeerRun, PeerSettings, check_series, cold_start_ms, lost_samples_at, model_entry,
-    throughput,
+    Peer, PeerError, PeerRun, PeerSettings, cap_rollbacks, check_series, cold_start_ms, lost_samples_at,
+    model_entry, throughput,
 };
 use crate::{IntervalRecord, KindProbabilities, PeerConstants, SimError, summarize};
 
@@ -202,6 +202,7 @@ pub fn oobleck(
             "oobleck: {p_restarts:.2} expected restarts from a checkpoint after a stage lost every replica"
         ));
     }
+    cap_rollbacks(profile, &mut records);
     Ok(PeerRun {
         peer: Peer::Oobleck,
         result: summarize(records, settings.interval_ms, settings.prices),
@@ -286,8 +287,14 @@ mod tests {
         assert_eq!(r[0].config, Some(ParallelConfig::new(1, 4)));
         assert_eq!(r[1].config, Some(ParallelConfig::new(1, 2)));
         assert_eq!(r[1].p_lost_work, 1.0);
-        // 10 minutes at (1, 4)'s 40/s rolled back.
-        assert_eq!(r[1].lost_samples, 600.0 * 40.0);
+        // 10 minutes at (1, 4)'s 40/s would be rolled back, but no more than
+        // was trained since the cold start.
+        assert_eq!(r[1].lost_samples, r[0].samples);
+        assert!(r[0].samples > 0.0 && r[0].samples < 600.0 * 40.0);
         assert_eq!(r[1].kinds.restart, 1.0);
+        // Checkpoints every 20 s: 10 s lost, less than what was trained.
+        deep.checkpoint_interval_ms = 20_000.0;
+        let run = oobleck(&deep, &series, &c, &PeerSettings::new(60_000, PRICES)).unwrap();
+        assert_eq!(run.result.intervals[1].lost_samples, 10.0 * 40.0);
     }
 }
