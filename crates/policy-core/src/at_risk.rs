@@ -61,6 +61,12 @@ pub fn at_risk_after(at_risk: f64, p_reset: f64, trained: f64, ceiling: f64) -> 
 pub fn ceiling(profile: &ModelProfile) -> f64 {
     let fastest =
         profile.configs.iter().map(|c| c.samples_per_second).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    ceiling_at(profile, fastest)
+}
+
+/// [`ceiling`] when the fastest speed is not the profile's own: a mixed
+/// fleet's, or a plan whose speeds change per interval. `fastest` in samples/s.
+pub fn ceiling_at(profile: &ModelProfile, fastest: f64) -> f64 {
     lost_work_ms(profile) * fastest / 1000.0
 }
 

@@ -59,9 +59,7 @@ pub use baselines::{
 pub use native::drive_native;
 pub use parcae_policy_core::liveput::MigrationMode;
 pub use peers::{Peer, PeerConstants, PeerError, PeerRun, PeerSettings};
-pub use planned::{
-    ORACLE_MAX_FRONT, liveput_truth, liveput_truth_under, oracle, oracle_options, oracle_under, plan_steps,
-};
+pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_options, oracle_under, plan_steps};
 
 use parcae_policy_core::at_risk;
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};

@@ -322,7 +322,7 @@ pub fn liveput_truth(
     let horizon = horizon.max(1);
     let Some(first) = views.first() else { return Ok(Vec::new()) };
     let mut simulator = Simulator::with_recovery(first, interval_ms, MigrationMode::Live, recovery)?;
-    simulator.set_at_risk_ceiling(views.iter().map(|v| at_risk::ceiling(v)).fold(0.0, f64::max));
+    simulator.set_at_risk_ceiling(fleet_at_risk_ceiling(views));
     let mut cache = TransitionCache::default();
     let mut decisions = Vec::with_capacity(series.len());
     let terminal_ms = default_terminal_ms(interval_ms);
@@ -394,13 +394,20 @@ pub fn simulate(
         return Ok(summarize(Vec::new(), interval_ms, unpriced));
     };
     let mut simulator = Simulator::with_recovery(first, interval_ms, mode, recovery)?;
-    simulator.set_at_risk_ceiling(views.iter().map(|v| at_risk::ceiling(v)).fold(0.0, f64::max));
+    simulator.set_at_risk_ceiling(fleet_at_risk_ceiling(views));
     let mut records = Vec::with_capacity(series.len());
     for ((stats, &to), profile) in series.iter().zip(decisions).zip(views) {
         simulator.set_profile(profile);
         records.push(simulator.step(*stats, to)?);
     }
     Ok(summarize(records, interval_ms, unpriced))
+}
+
+/// The most a rollback can take back in a mixed fleet: the largest
+/// [`at_risk::ceiling`] over every composition's view, so the simulator caps
+/// the work at risk where the fleet's Oracle plans with it.
+fn fleet_at_risk_ceiling(views: &[&ModelProfile]) -> f64 {
+    views.iter().map(|v| at_risk::ceiling(v)).fold(0.0, f64::max)
 }
 
 fn check_lengths(views: &[&ModelProfile], series: &[IntervalStats]) -> Result<(), SimError> {

@@ -66,7 +66,7 @@ pub fn oracle_options(recovery: Recovery) -> PlanOptions {
 }
 
 /// Largest Pareto front the Oracle keeps ([`oracle_options`]).
-pub const ORACLE_MAX_FRONT: usize = 1024;
+const ORACLE_MAX_FRONT: usize = 1024;
 
 /// Liveput with the true future over a receding horizon: at each interval,
 /// plan the next `horizon` true intervals from the state the simulator is in

@@ -140,8 +140,6 @@ struct Program<'a> {
     first: Option<usize>,
     /// Per-interval throughputs ([`Horizon::speeds`]).
     speeds: Option<&'a [Vec<f64>]>,
-    /// Whether rollbacks are capped by the work at risk ([`PlanOptions::at_risk`]).
-    capped: bool,
     /// The most that can be at risk: the fastest layout's rollback at any
     /// interval's speed ([`crate::at_risk::ceiling`]).
     risk_ceiling: f64,
@@ -168,13 +166,12 @@ impl<'a> Program<'a> {
             // `plan` refuses a forced layout outside the profile before this.
             first: options.first.and_then(|c| layouts.iter().position(|k| k.config == c)),
             speeds: horizon.speeds,
-            capped: options.at_risk.is_some(),
             risk_ceiling: match horizon.speeds {
                 None => crate::at_risk::ceiling(ctx.profile),
-                Some(rows) => {
-                    let fastest = rows.iter().flatten().copied().fold(0.0, f64::max);
-                    crate::liveput::lost_work_ms(ctx.profile) * fastest / 1000.0
-                }
+                Some(rows) => crate::at_risk::ceiling_at(
+                    ctx.profile,
+                    rows.iter().flatten().copied().fold(0.0, f64::max),
+                ),
             },
         }
     }
@@ -198,6 +195,11 @@ impl<'a> Program<'a> {
             }
             _ => 1.0,
         }
+    }
+
+    /// Whether rollbacks are capped by the work at risk ([`PlanOptions::at_risk`]).
+    fn capped(&self) -> bool {
+        self.options.at_risk.is_some()
     }
 
     fn n_states(&self) -> usize {
@@ -320,11 +322,11 @@ impl<'a> Program<'a> {
         let layouts = &self.ctx.layouts;
         let n_states = self.n_states();
         scratch.clear();
-        let mut found = Found { best: None, with_leftover: &mut *scratch, capped: self.capped };
+        let mut found = Found { best: None, with_leftover: &mut *scratch, capped: self.capped() };
         let bound = self.most_samples(i, t);
         // The least work at risk a pair of this front can carry: nothing after
         // a reset under the rule, else every pair's is infinite.
-        let least_at_risk = if self.capped { 0.0 } else { f64::INFINITY };
+        let least_at_risk = if self.capped() { 0.0 } else { f64::INFINITY };
         for f in self.predecessors(live, t) {
             let (start, len) = prev[f];
             if len == 0 {
@@ -370,7 +372,7 @@ impl<'a> Program<'a> {
             }
         }
         let best = found.best;
-        Ok(commit_front(points, best, scratch, self.options.max_front, self.capped, &mut store.stats))
+        Ok(commit_front(points, best, scratch, self.options.max_front, self.capped(), &mut store.stats))
     }
 
     /// With a terminal value and churn, what each state loses per ms after the
@@ -506,6 +508,9 @@ impl Move<'_> {
     /// several: the probability-weighted sum of theirs.
     fn value(&self, carried: f64, at_risk: f64, interval_ms: f64) -> Moved {
         let single = self.scenarios.len() == 1;
+        // Uncapped (the online policy's path) the work at risk stays infinite:
+        // what it would need is not summed.
+        let tracked = at_risk.is_finite();
         let (mut samples, mut leftover, mut gross, mut resets) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
         for s in self.scenarios {
             let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
@@ -514,9 +519,11 @@ impl Move<'_> {
                 let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
                 part += o.p * (trained - rolled_back(o.lost * self.lost_scale, at_risk));
                 left += o.p * (busy - interval_ms).max(0.0);
-                g += o.p * trained;
-                if o.resets {
-                    r += o.p;
+                if tracked {
+                    g += o.p * trained;
+                    if o.resets {
+                        r += o.p;
+                    }
                 }
             }
             if single {
@@ -528,8 +535,7 @@ impl Move<'_> {
                 resets += s.weight * r;
             }
         }
-        let after =
-            if at_risk.is_finite() { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
+        let after = if tracked { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
         (samples, leftover, after)
     }
 }
@@ -552,12 +558,13 @@ impl Pause<'_> {
     /// scenarios as [`Move::value`]. `(samples, at_risk after)`.
     fn value(&self, at_risk: f64) -> (f64, f64) {
         let single = self.scenarios.len() == 1;
+        let tracked = at_risk.is_finite();
         let (mut samples, mut resets) = (0.0f64, 0.0f64);
         for s in self.scenarios {
             let (mut part, mut r) = (0.0f64, 0.0f64);
             for o in &self.outs[s.start..s.end] {
                 part -= o.p * rolled_back(o.lost * self.lost_scale, at_risk);
-                if o.resets {
+                if tracked && o.resets {
                     r += o.p;
                 }
             }
@@ -568,8 +575,7 @@ impl Pause<'_> {
                 resets += s.weight * r;
             }
         }
-        let after =
-            if at_risk.is_finite() { at_risk_after(at_risk, resets, 0.0, self.ceiling) } else { at_risk };
+        let after = if tracked { at_risk_after(at_risk, resets, 0.0, self.ceiling) } else { at_risk };
         (samples, after)
     }
 }
