@@ -139,3 +139,54 @@ fn a_fleet_wipe_whose_notice_is_too_short_rolls_back_and_counts_for_the_cadence(
     assert!(simulated_rollback < trained / 4.0, "{simulated_rollback} of {trained}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The job pauses (a script says so) the interval before the whole fleet is
+/// preempted without notice: a paused job trains nothing, so it writes its
+/// state as it pauses, and the wipe then rolls nothing back; the job resumes
+/// from that checkpoint on the workers that arrive. The cost model prices a
+/// pause so (a loss while paused loses nothing); without the checkpoint the
+/// wipe would roll back to the last periodic one.
+#[test]
+fn a_job_paused_before_an_unannounced_wipe_loses_nothing() {
+    let dir = scratch("fleet-wipe-paused");
+    let script = dir.join("script.json");
+    // Interval 0 trains, 1 pauses, the wipe opens 2; the arrivals train from 2 on.
+    std::fs::write(&script, "[[2,2],null,[1,2],[1,2],[1,2],[1,2]]").unwrap();
+    let script = script.to_str().unwrap().to_string();
+    let mut args = vec!["--script", &script, "--intervals", "5", "--wall-seconds-per-interval", "4"];
+    for node in ["n1", "n2", "n3", "n4"] {
+        args.extend(["--unannounced", node]);
+    }
+    let log = run_host(&dir, &trace(), &args, &[]);
+    let summary = &log["summary"];
+    assert_eq!(count(summary, "unannounced_kills"), 4, "{summary}");
+    let all: &Vec<serde_json::Value> = log["events"].as_array().unwrap();
+    let killed_at = all.iter().position(|e| e["event"] == "killed").expect("a kill");
+    let trained = all[..killed_at]
+        .iter()
+        .filter(|e| e["event"] == "step")
+        .map(|e| e["step"].as_u64().unwrap() + 1)
+        .max()
+        .expect("steps before the pause");
+    let paused: Vec<&serde_json::Value> =
+        events(&log, "checkpointed").into_iter().filter(|e| e["reason"] == "pause").collect();
+    assert_eq!(paused.len(), 1, "one checkpoint as the job paused: {paused:?}");
+    assert_eq!(
+        paused[0]["step"].as_u64(),
+        Some(trained),
+        "the pause's checkpoint holds every committed step"
+    );
+    assert_eq!(count(summary, "pause_checkpoints"), 1, "{summary}");
+    assert!(events(&log, "rolled-back").is_empty(), "the wipe rolled work back: {summary}");
+    assert_eq!(count(summary, "rolled_back_steps_unannounced"), 0, "{summary}");
+    let resumed = events(&log, "reconfigured")
+        .into_iter()
+        .find(|e| e["kind"] == "restart" && e["cold_start"] == false)
+        .expect("a restart after the wipe");
+    assert_eq!(resumed["step"].as_u64(), Some(trained), "resumed elsewhere than the pause's checkpoint");
+    let steps = count(summary, "steps");
+    assert!(steps > trained, "no training after the wipe: {summary}");
+    let worst = max_diff_from_uninterrupted(summary, steps);
+    assert!(worst < 1e-3, "parameters diverged from the uninterrupted run by {worst}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

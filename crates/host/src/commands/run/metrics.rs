@@ -84,6 +84,7 @@ fn checkpoint_reason(reason: CheckpointReason) -> &'static str {
         CheckpointReason::Periodic => "periodic",
         CheckpointReason::Emergency => "emergency",
         CheckpointReason::Final => "final",
+        CheckpointReason::Pause => "pause",
     }
 }
 
@@ -163,7 +164,12 @@ impl RunMetrics {
         for cause in [RollbackCause::Unannounced, RollbackCause::NoticeTooShort] {
             let _ = m.rolled_back_steps.get_or_create(&label("cause", rollback_cause(cause)));
         }
-        for reason in [CheckpointReason::Periodic, CheckpointReason::Emergency, CheckpointReason::Final] {
+        for reason in [
+            CheckpointReason::Periodic,
+            CheckpointReason::Emergency,
+            CheckpointReason::Final,
+            CheckpointReason::Pause,
+        ] {
             let _ = m.checkpoints.get_or_create(&label("reason", checkpoint_reason(reason)));
         }
         for announced in ["true", "false"] {

@@ -703,6 +703,7 @@ async fn reconfigure(
             return Ok(());
         }
         ReconfigureDecision::Pause => {
+            checkpoint_paused_state(settings, fleet, job, recovery, log).await;
             if job.pause() {
                 log.event(RunEvent::Paused { step: job.step, available: staying.len() });
             }
@@ -771,8 +772,50 @@ async fn reconfigure(
     });
     if plan.parking {
         log.event(RunEvent::Paused { step: job.step, available: staying.len() });
+        checkpoint_paused_state(settings, fleet, job, recovery, log).await;
     }
     Ok(())
+}
+
+/// Writes the state of a job that is about to stop training (or has just
+/// parked its state on the workers that stay): paused, it trains nothing, so
+/// the write costs no training time, and a holder then preempted without
+/// notice loses nothing. The cost model prices a pause so (a loss while
+/// paused rolls nothing back). Skipped when the last complete checkpoint
+/// already holds this step or the staying workers do not hold every layer
+/// (the state is then already lost or saved by the notice's recovery).
+async fn checkpoint_paused_state(
+    settings: &RunSettings,
+    fleet: &mut Fleet,
+    job: &mut JobState,
+    recovery: &mut Recovery,
+    log: &mut RunLog,
+) {
+    flush_pending_checkpoint(settings, fleet, job, recovery, log).await;
+    if !job.holds_state() || job.checkpoint.as_ref().is_some_and(|c| c.step == job.step) {
+        return;
+    }
+    let staying = fleet.available();
+    if job.checkpoint_writers(settings.spec.num_layers(), &staying).is_none() {
+        return;
+    }
+    info!(step = job.step, "checkpoint before the pause");
+    if let Err(error) = write_checkpoint(
+        settings,
+        fleet,
+        job,
+        &staying,
+        CheckpointReason::Pause,
+        settings.command_timeout,
+        log,
+    )
+    .await
+    {
+        warn!(%error, "checkpoint before the pause failed; the last complete one stays current");
+        log.event(RunEvent::Failure {
+            what: format!("checkpoint before the pause: {}", parcae_logging::error_line(error.as_ref())),
+        });
+    }
 }
 
 fn describe(reply: &Reply) -> String {
@@ -862,6 +905,7 @@ fn checkpoint_prefix(step: u64, reason: CheckpointReason) -> String {
         CheckpointReason::Periodic => prefix,
         CheckpointReason::Emergency => format!("{prefix}-emergency"),
         CheckpointReason::Final => format!("{prefix}-final"),
+        CheckpointReason::Pause => format!("{prefix}-pause"),
     }
 }
 

@@ -158,6 +158,8 @@ pub enum CheckpointReason {
     Emergency,
     /// The end of the run.
     Final,
+    /// Training paused: the state written while nothing trains.
+    Pause,
 }
 
 /// An event with its time since the start of the run.
@@ -196,6 +198,8 @@ pub struct Summary {
     pub checkpoint_seconds: f64,
     pub periodic_checkpoints: usize,
     pub emergency_checkpoints: usize,
+    /// Checkpoints written as training paused (no training time lost).
+    pub pause_checkpoints: usize,
     /// Wall time training waited for periodic checkpoints over the training
     /// wall time (steps plus those waits): what the cadence costs.
     pub periodic_checkpoint_fraction: f64,
@@ -488,6 +492,7 @@ fn summarise(events: &[Timed], wall_seconds: f64, steps: u64, last_checkpoint: O
                         periodic_wait_seconds += millis / 1000.0;
                     }
                     CheckpointReason::Emergency => s.emergency_checkpoints += 1,
+                    CheckpointReason::Pause => s.pause_checkpoints += 1,
                     CheckpointReason::Final => {}
                 }
                 last_checkpoint_step = *step;
@@ -668,11 +673,12 @@ impl std::fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "  checkpoints: {} periodic ({:.2}% of training time), {} emergency; rolled back {} steps \
-             ({} samples) after unannounced losses, {} steps ({} samples) after notices too short",
+            "  checkpoints: {} periodic ({:.2}% of training time), {} emergency, {} at pauses; rolled back \
+             {} steps ({} samples) after unannounced losses, {} steps ({} samples) after notices too short",
             self.periodic_checkpoints,
             self.periodic_checkpoint_fraction * 100.0,
             self.emergency_checkpoints,
+            self.pause_checkpoints,
             self.rolled_back_steps_unannounced,
             self.rolled_back_samples_unannounced,
             self.rolled_back_steps_notice_too_short,
