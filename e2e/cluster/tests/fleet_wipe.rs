@@ -17,6 +17,19 @@ fn events<'a>(log: &'a serde_json::Value, kind: &str) -> Vec<&'a serde_json::Val
     log["events"].as_array().expect("events").iter().filter(|e| e["event"] == kind).collect()
 }
 
+/// Where the first kill is among the log's events, and the steps committed before it.
+fn committed_before_the_kill(log: &serde_json::Value) -> (usize, u64) {
+    let all = log["events"].as_array().expect("events");
+    let killed_at = all.iter().position(|e| e["event"] == "killed").expect("a kill");
+    let committed = all[..killed_at]
+        .iter()
+        .filter(|e| e["event"] == "step")
+        .map(|e| e["step"].as_u64().unwrap() + 1)
+        .max()
+        .expect("steps before the kill");
+    (killed_at, committed)
+}
+
 fn count(summary: &serde_json::Value, field: &str) -> u64 {
     summary[field].as_u64().unwrap_or_else(|| panic!("summary.{field} in {summary}"))
 }
@@ -60,14 +73,8 @@ fn a_fleet_wipe_without_notice_loses_at_most_the_work_since_the_last_periodic_ch
     assert_eq!(count(summary, "emergency_checkpoints"), 0, "{summary}");
     assert_eq!(count(summary, "unannounced_kills"), 4, "{summary}");
     let all: &Vec<serde_json::Value> = log["events"].as_array().unwrap();
-    let killed_at = all.iter().position(|e| e["event"] == "killed").expect("a kill");
     // Committed before the wipe, and covered by the last periodic checkpoint completed before it.
-    let committed = all[..killed_at]
-        .iter()
-        .filter(|e| e["event"] == "step")
-        .map(|e| e["step"].as_u64().unwrap() + 1)
-        .max()
-        .expect("steps before the wipe");
+    let (killed_at, committed) = committed_before_the_kill(&log);
     let saved = all[..killed_at]
         .iter()
         .filter(|e| e["event"] == "checkpointed" && e["reason"] == "periodic")
@@ -160,14 +167,7 @@ fn a_job_paused_before_an_unannounced_wipe_loses_nothing() {
     let log = run_host(&dir, &trace(), &args, &[]);
     let summary = &log["summary"];
     assert_eq!(count(summary, "unannounced_kills"), 4, "{summary}");
-    let all: &Vec<serde_json::Value> = log["events"].as_array().unwrap();
-    let killed_at = all.iter().position(|e| e["event"] == "killed").expect("a kill");
-    let trained = all[..killed_at]
-        .iter()
-        .filter(|e| e["event"] == "step")
-        .map(|e| e["step"].as_u64().unwrap() + 1)
-        .max()
-        .expect("steps before the pause");
+    let (_, trained) = committed_before_the_kill(&log);
     let paused: Vec<&serde_json::Value> =
         events(&log, "checkpointed").into_iter().filter(|e| e["reason"] == "pause").collect();
     assert_eq!(paused.len(), 1, "one checkpoint as the job paused: {paused:?}");
