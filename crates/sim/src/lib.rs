@@ -13,6 +13,9 @@
 //! checkpoint rolls back the work since the last checkpoint, so an interval
 //! (and a whole run) can come out negative; no more than was trained since
 //! the last rollback ([`Simulator::at_risk`], `parcae_policy_core::at_risk`).
+//! A pause protects the state once its write lands: until then a loss of the
+//! holders of the layout it paused from rolls back too
+//! (`parcae_policy_core::recovery`, "A pause's write").
 //!
 //! [`simulate_with`] scores the same sequence under another
 //! [`MigrationMode`]: [`MigrationMode::RestartOnChange`] is the Parcae
@@ -63,6 +66,7 @@ pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_options, or
 
 use parcae_policy_core::at_risk;
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
+use parcae_policy_core::recovery::pause_exposed_boundaries;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use serde::Serialize;
 
@@ -167,7 +171,8 @@ pub struct IntervalRecord {
     pub transition_ms_by_kind: [f64; 5],
     /// Probability of a restart from checkpoint (cold starts included).
     pub p_restart: f64,
-    /// Probability that the work since the last checkpoint was lost.
+    /// Probability that the work since the last checkpoint was lost (by the
+    /// transition, or by the holders of a pause whose write had not landed).
     pub p_lost_work: f64,
 }
 
@@ -338,6 +343,20 @@ pub struct Simulator<'a> {
     at_risk: f64,
     /// The most that can be at risk ([`at_risk::ceiling`] of the profile).
     at_risk_ceiling: f64,
+    /// The pause whose write has not landed yet, if the job is in one.
+    parked: Option<Parked<'a>>,
+}
+
+/// A pause whose write has not landed: the state is still only in the memory of
+/// the layout it paused from (`parcae_policy_core::recovery`, "A pause's write").
+#[derive(Debug, Clone, Copy)]
+struct Parked<'a> {
+    /// The layout that held the state when the job paused.
+    layout: ParallelConfig,
+    /// The profile its work was trained under (what a rollback takes back).
+    trained_under: &'a ModelProfile,
+    /// Boundaries still exposed, the next one included.
+    boundaries_left: u32,
 }
 
 impl<'a> Simulator<'a> {
@@ -381,6 +400,7 @@ impl<'a> Simulator<'a> {
             recovery,
             at_risk: 0.0,
             at_risk_ceiling: at_risk::ceiling(profile),
+            parked: None,
         })
     }
 
@@ -542,13 +562,16 @@ impl<'a> Simulator<'a> {
         .map_err(cost)?;
         // Samples are linear in the work rolled back.
         value.expected_samples += charged - lost;
-        let p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
-        let at_risk = at_risk::at_risk_after(
-            self.at_risk,
-            p_reset,
-            value.expected_samples + lost,
-            self.at_risk_ceiling,
-        );
+        let gross = value.expected_samples + lost;
+        let mut p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
+        let mut lost = lost;
+        if let Some(parked) = self.parked {
+            let (parked_lost, parked_reset) = self.exposure(parked, &stats).map_err(cost)?;
+            value.expected_samples -= parked_lost;
+            lost += parked_lost;
+            p_reset += parked_reset;
+        }
+        let at_risk = at_risk::at_risk_after(self.at_risk, p_reset, gross, self.at_risk_ceiling);
         // The busy time each outcome gives the interval, by the mode's carry
         // rule; E[min(b, T)] = E[b] - E[max(b - T, 0)].
         let busy: f64 = dist
@@ -578,10 +601,47 @@ impl<'a> Simulator<'a> {
             kinds: KindProbabilities::from_array(expected.p_by_kind),
             transition_ms_by_kind: expected.ms_by_kind,
             p_restart: expected.p_restart,
-            p_lost_work: expected.p_lost_work,
+            p_lost_work: p_reset,
         };
         self.at_risk = at_risk;
+        self.parked = match (from, to) {
+            (Some(layout), None) => {
+                let boundaries_left =
+                    pause_exposed_boundaries(self.profile, &self.recovery, layout, interval_ms);
+                (boundaries_left > 0).then_some(Parked {
+                    layout,
+                    trained_under: self.trained_under,
+                    boundaries_left,
+                })
+            }
+            (None, None) => self
+                .parked
+                .filter(|p| p.boundaries_left > 1)
+                .map(|p| Parked { boundaries_left: p.boundaries_left - 1, ..p }),
+            (_, Some(_)) => None,
+        };
         Ok(self.advance(record))
+    }
+
+    /// What the holders of a parked pause roll back at this interval's
+    /// boundary, `(expected samples, probability)`: the pause from their layout
+    /// under the interval's preemptions, drawn over the instances before it or,
+    /// when fewer are left than the layout held, over the layout's own (as the
+    /// planner draws them), each rollback taking back at most what is at risk.
+    fn exposure(&self, parked: Parked<'_>, stats: &IntervalStats) -> Result<(f64, f64), LiveputError> {
+        let held = u32::try_from(parked.layout.instances()).unwrap_or(u32::MAX);
+        let dist = liveput::transition_distribution_under(
+            self.profile,
+            &self.recovery,
+            Some(parked.layout),
+            self.instances_before.max(held),
+            stats.preemptions,
+            stats.arrivals,
+            None,
+        )?;
+        let p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
+        let per_rollback = liveput::lost_samples(parked.trained_under, Some(parked.layout), &dist)?;
+        Ok((at_risk::rolled_back(per_rollback, self.at_risk) * p_reset, p_reset))
     }
 
     /// Moves the simulator past the interval `record` describes (both cost

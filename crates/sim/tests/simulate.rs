@@ -359,6 +359,55 @@ fn a_rollback_soon_after_a_start_loses_only_what_was_trained_since() {
     assert!(close(wiped.lost_samples, 0.5 * 6000.0), "{}", wiped.lost_samples);
 }
 
+/// Unannounced preemptions and a checkpoint write so slow that the toy's
+/// one-stage state (1,000 bytes) takes 150 s to write, two boundaries of a
+/// minute-long interval, and its two-stage state 75 s, one.
+const SLOW_WRITE: Recovery =
+    Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 1000.0 / 150_000.0 };
+
+#[test]
+fn a_pause_protects_the_state_only_once_its_write_lands() {
+    let profile = toy(5000.0, 600_000.0);
+    let one = Some(ParallelConfig::new(1, 1));
+    // Train on one of two instances, pause, then lose one of the two (the holder
+    // half the time), then nothing happens.
+    let series = [stats(2, 2, 0), stats(2, 0, 0), stats(1, 0, 1), stats(1, 0, 0), stats(0, 0, 1)];
+    let decisions = [one, None, None, None, None];
+    let run = |recovery| {
+        simulate_under(&profile, &series, T, &decisions, PRICES, MigrationMode::Live, recovery).unwrap()
+    };
+    let slow = run(SLOW_WRITE);
+    let trained = slow.intervals[0].samples;
+    assert!(trained > 0.0);
+    // The write (150 s) has not landed at the first boundary after the pause:
+    // the holder's loss rolls back what was trained.
+    assert_eq!(slow.intervals[1].lost_samples, 0.0);
+    assert!(close(slow.intervals[2].lost_samples, 0.5 * trained), "{}", slow.intervals[2].lost_samples);
+    assert!(close(slow.intervals[2].samples, -0.5 * trained));
+    // The second boundary loses nobody; after it the write has landed, and the
+    // last instance's loss costs nothing.
+    assert_eq!(slow.intervals[3].lost_samples, 0.0);
+    assert_eq!(slow.intervals[4].lost_samples, 0.0);
+    // Written within the interval (or without a write rate, as before the
+    // rule, or within a notice long enough for the write): nothing is lost.
+    for covered in [
+        Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 1.0 },
+        Recovery::UNANNOUNCED,
+        Recovery { preemption_notice_ms: 150_000.0, ..SLOW_WRITE },
+    ] {
+        assert_eq!(run(covered).totals.lost_samples, 0.0, "{covered:?}");
+    }
+    // Resuming at the exposed boundary still loses there, and ends the exposure:
+    // the next interval's loss is the running layout's only.
+    let resumed = [one, None, one, one];
+    let series = [stats(2, 2, 0), stats(2, 0, 0), stats(2, 1, 1), stats(2, 1, 1)];
+    let run =
+        simulate_under(&profile, &series, T, &resumed, PRICES, MigrationMode::Live, SLOW_WRITE).unwrap();
+    assert!(close(run.intervals[2].lost_samples, 0.5 * trained), "{}", run.intervals[2].lost_samples);
+    assert_eq!(run.intervals[2].p_lost_work, 0.5);
+    assert_eq!(run.intervals[3].p_lost_work, 0.5);
+}
+
 /// A tiny deterministic generator, so the random cases are the same every run.
 struct Lcg(u64);
 
@@ -422,7 +471,7 @@ fn the_oracle_is_the_best_sequence_under_the_rule() {
     let mut rolled_back = 0;
     for case in 0..40 {
         let series = random_series(&mut rng, 5);
-        for recovery in [Recovery::UNANNOUNCED, Recovery::with_notice(30_000.0, 1.0)] {
+        for recovery in [Recovery::UNANNOUNCED, Recovery::with_notice(30_000.0, 1.0), SLOW_WRITE] {
             let oracle = oracle_under(&profile, &series, T, recovery).unwrap();
             let scored = simulate_under(&profile, &series, T, &oracle, PRICES, MigrationMode::Live, recovery)
                 .unwrap()

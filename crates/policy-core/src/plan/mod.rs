@@ -48,6 +48,19 @@
 //! job last rolled back, plans without it (planning with it from the steady
 //! state chose the same layouts on the p3 segments in 12x the time).
 //!
+//! **A pause's write.** A pause protects the state once its write lands
+//! ([`crate::recovery`], "A pause's write"); when the largest stage of the
+//! layout it paused from takes longer than an interval to write (beyond the
+//! notice), the state of the pause remembers that layout and how many of the
+//! exposed boundaries are behind it: one "parked" state per layout and
+//! exposed boundary, after the pause `S`. A parked state moves on to the next
+//! (the last to `S`) or resumes, and every transition out of it also rolls
+//! back what that layout's holders lose at the boundary it crosses. So the
+//! program stays exact (checked against every decision sequence in
+//! `crates/sim/tests/simulate.rs` with writes of one and two boundaries); where every write fits an interval (every p3 model at
+//! minute-long intervals) there are no parked states and the plans are those
+//! of before the rule, bit for bit.
+//!
 //! **Cap.** A front keeps at most [`MAX_FRONT`] pairs; a longer one is thinned
 //! to pairs evenly spaced in leftover order, always keeping both ends (the
 //! pair with the least leftover and the one with the most value). Once a front

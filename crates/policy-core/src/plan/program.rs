@@ -14,6 +14,7 @@ use super::{PlannedStep, ScoredPlan};
 use crate::ParallelConfig;
 use crate::at_risk::{at_risk_after, rolled_back};
 use crate::liveput::LiveputError;
+use crate::recovery::pause_exposed_boundaries;
 
 /// One pair of a Pareto front, with its back pointer.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +52,9 @@ pub(super) struct Work {
     outcomes: Vec<ScenarioOutcomes>,
     /// Predecessor states with a front, in the order they are tried.
     live: Vec<usize>,
+    /// Per scenario of the current transition out of a parked pause: where
+    /// the outcomes of its holders' exposure lie ([`Parked`]).
+    exposed: Vec<ScenarioOutcomes>,
 }
 
 /// One scenario of an interval and the distribution table of its step.
@@ -127,8 +131,16 @@ struct Program<'a> {
     interval_ms: f64,
     /// Largest front kept, the terminal value and the pruning knobs.
     options: PlanOptions,
-    /// The pause's state index (`S`); there are `S + 1` states.
+    /// The pause's state index (`S`): layouts are `0..S`, the parked pauses
+    /// follow it ([`Program::parked`]).
     pause: usize,
+    /// The pauses whose write has not landed yet: entry `k` is state
+    /// `S + 1 + k`, a layout's consecutive (boundary 1, 2, ...).
+    parked: Vec<Parked>,
+    /// Per layout: the state of its first parked pause, when pausing from it
+    /// leaves its holders exposed ([`pause_exposed_boundaries`]); `None`: it
+    /// pauses into `S`.
+    parks_into: Vec<Option<usize>>,
     /// Every state in the order that breaks ties ([`tie_order`]).
     order: Vec<usize>,
     /// The state of `current`: its layout, or the pause when it is none or
@@ -155,12 +167,32 @@ impl<'a> Program<'a> {
             let start = (start_state != pause).then_some(start_state);
             pruned_states(layouts, start, horizon.mixtures, horizon.afters, options)
         });
+        let mut parked = Vec::new();
+        let parks_into = layouts
+            .iter()
+            .enumerate()
+            .map(|(layout, choice)| {
+                let exposed =
+                    pause_exposed_boundaries(ctx.profile, &ctx.recovery, choice.config, horizon.interval_ms);
+                let first = (exposed > 0).then(|| pause + 1 + parked.len());
+                parked.extend((1..=exposed).map(|boundary| Parked {
+                    layout,
+                    boundary,
+                    last: boundary == exposed,
+                }));
+                first
+            })
+            .collect();
+        let mut order = tie_order(layouts);
+        order.extend(pause + 1..pause + 1 + parked.len());
         Program {
             ctx,
             interval_ms: horizon.interval_ms,
             options,
             pause,
-            order: tie_order(layouts),
+            parked,
+            parks_into,
+            order,
             start_state,
             allowed,
             // `plan` refuses a forced layout outside the profile before this.
@@ -202,8 +234,42 @@ impl<'a> Program<'a> {
         self.options.at_risk.is_some()
     }
 
+    /// Every state: the layouts, the pause and the parked pauses.
     fn n_states(&self) -> usize {
+        self.pause + 1 + self.parked.len()
+    }
+
+    /// The states the transition store and the pruning know: the layouts and
+    /// the pause (a parked pause is a pause to them).
+    fn base_states(&self) -> usize {
         self.pause + 1
+    }
+
+    /// The parked pause of state `f`, if it is one.
+    fn parked_state(&self, f: usize) -> Option<Parked> {
+        f.checked_sub(self.pause + 1).map(|k| self.parked[k])
+    }
+
+    /// Whether state `f` may precede state `t` in an interval whose change
+    /// starts from `before` instances: any state may run a layout; a layout
+    /// whose pause is exposed pauses into its first parked state (when it
+    /// runs on the instances before, else nothing runs and it pauses into
+    /// `S`); a parked pause moves on to the next boundary's, the last into `S`.
+    fn leads_to(&self, f: usize, t: usize, before: u64) -> bool {
+        let fits = |f: usize| self.ctx.layouts[f].instances <= before;
+        if t < self.pause {
+            return true;
+        }
+        if t == self.pause {
+            return match self.parked_state(f) {
+                Some(parked) => parked.last,
+                None => f == self.pause || self.parks_into[f].is_none() || !fits(f),
+            };
+        }
+        match self.parked_state(t) {
+            Some(Parked { layout, boundary: 1, .. }) => f == layout && fits(f),
+            _ => f + 1 == t,
+        }
     }
 
     /// Empty the buffers and seed the front of the start state with the
@@ -237,9 +303,10 @@ impl<'a> Program<'a> {
         work: &mut Work,
     ) -> Result<(), LiveputError> {
         let n_states = self.n_states();
+        let base = self.base_states();
         work.scenarios.clear();
         for &(probability, step) in mix {
-            let table = store.table(table_key(step), n_states * n_states);
+            let table = store.table(table_key(step), base * base);
             work.scenarios.push(ScenarioTable { probability, step, table });
         }
         let before = u64::from(mix.first().map_or(0, |m| m.1.instances_before));
@@ -284,9 +351,10 @@ impl<'a> Program<'a> {
             return false;
         }
         let forced = i == 0 && self.first == Some(t);
-        let pruned = !forced && self.allowed.as_ref().is_some_and(|a| !a[i * self.n_states() + t]);
+        let pruned =
+            !forced && self.allowed.as_ref().is_some_and(|a| !a[i * self.base_states() + t.min(self.pause)]);
         !pruned
-            && (t == self.pause
+            && (t >= self.pause
                 || (self.ctx.layouts[t].instances <= after
                     && self.speeds.is_none_or(|rows| rows[i + 1][t] > 0.0)))
     }
@@ -295,8 +363,11 @@ impl<'a> Program<'a> {
     /// order (the first of equal pairs wins).
     fn predecessors<'w>(&'w self, live: &'w [usize], t: usize) -> impl Iterator<Item = usize> + 'w {
         let pruning = self.allowed.is_some();
+        // A parked pause is tried as the pause is.
         let others = live.iter().copied().enumerate().filter(move |&(rank, f)| {
-            f != t && (!pruning || tries_predecessor(&self.ctx.layouts, rank, f, t))
+            f != t
+                && (!pruning
+                    || tries_predecessor(&self.ctx.layouts, rank, f.min(self.pause), t.min(self.pause)))
         });
         std::iter::once(t).chain(others.map(|(_, f)| f))
     }
@@ -304,7 +375,7 @@ impl<'a> Program<'a> {
     /// Most samples one interval in state `t` can yield (no migration, nothing
     /// lost), with room for rounding: the sums over outcomes cannot exceed it.
     fn most_samples(&self, i: usize, t: usize) -> f64 {
-        if t == self.pause { 0.0 } else { self.thr(i, t) * self.interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9 }
+        if t >= self.pause { 0.0 } else { self.thr(i, t) * self.interval_ms / 1000.0 * (1.0 + 1e-9) + 1e-9 }
     }
 
     /// Build the front of state `t` in the current interval (whose change
@@ -318,9 +389,11 @@ impl<'a> Program<'a> {
         store: &mut DistributionStore,
         work: &mut Work,
     ) -> Result<(usize, usize), LiveputError> {
-        let Work { points, prev, scratch, scenarios, outcomes, live, .. } = work;
+        let Work { points, prev, scratch, scenarios, outcomes, live, exposed, .. } = work;
         let layouts = &self.ctx.layouts;
-        let n_states = self.n_states();
+        let base = self.base_states();
+        // What the store knows `t` as: a parked pause is a pause.
+        let to = t.min(self.pause);
         scratch.clear();
         let mut found = Found { best: None, with_leftover: &mut *scratch, capped: self.capped() };
         let bound = self.most_samples(i, t);
@@ -329,7 +402,7 @@ impl<'a> Program<'a> {
         let least_at_risk = if self.capped() { 0.0 } else { f64::INFINITY };
         for f in self.predecessors(live, t) {
             let (start, len) = prev[f];
-            if len == 0 {
+            if len == 0 || !self.leads_to(f, t, before) {
                 continue;
             }
             // A predecessor whose most valuable pair, plus the most one
@@ -343,22 +416,37 @@ impl<'a> Program<'a> {
             }
             // A layout that does not fit the instances before the change
             // (inconsistent steps, or `current`) counts as nothing running.
-            let from = (f != self.pause && layouts[f].instances <= before).then_some(f);
-            let slot = from.unwrap_or(self.pause) * n_states + t;
+            let from = (f < self.pause && layouts[f].instances <= before).then_some(f);
+            let slot = from.unwrap_or(self.pause) * base + to;
             outcomes.clear();
             for s in scenarios.iter() {
-                let (o_start, o_len) = store.entry(s.table, slot, self.ctx, s.step, from, t)?;
+                let (o_start, o_len) = store.entry(s.table, slot, self.ctx, s.step, from, to)?;
                 outcomes.push(ScenarioOutcomes {
                     weight: s.probability,
                     start: o_start,
                     end: o_start + o_len,
                 });
             }
+            exposed.clear();
+            let exposure_scale = match self.parked_state(f) {
+                Some(parked) => {
+                    self.expose(parked, scenarios, store, exposed)?;
+                    // The pause began `boundary` intervals before this one.
+                    self.lost_scale(i - parked.boundary as usize, parked.layout)
+                }
+                None => 1.0,
+            };
+            let exposure = Exposure { scenarios: exposed, lost_scale: exposure_scale };
             let preds = &points[start..start + len];
             let lost_scale = from.map_or(1.0, |f| self.lost_scale(i, f));
-            if t == self.pause {
-                let pause =
-                    Pause { outs: &store.outs, scenarios: outcomes, lost_scale, ceiling: self.risk_ceiling };
+            if t >= self.pause {
+                let pause = Pause {
+                    outs: &store.outs,
+                    scenarios: outcomes,
+                    lost_scale,
+                    ceiling: self.risk_ceiling,
+                    exposure,
+                };
                 found.offer_pauses(preds, start, &pause, self.interval_ms, t);
             } else {
                 let into = Move {
@@ -367,12 +455,37 @@ impl<'a> Program<'a> {
                     thr: self.thr(i, t),
                     lost_scale,
                     ceiling: self.risk_ceiling,
+                    exposure,
                 };
                 found.offer_moves(preds, start, &into, self.interval_ms, t);
             }
         }
         let best = found.best;
         Ok(commit_front(points, best, scratch, self.options.max_front, self.capped(), &mut store.stats))
+    }
+
+    /// Look up, per scenario of the interval, the outcomes of `parked`'s
+    /// holders at its boundary: the distribution of the pause from its layout
+    /// under the scenario's preemptions, drawn over the instances before the
+    /// change or, when fewer are left than the layout held, over the layout's
+    /// own (the simulator draws them alike).
+    fn expose(
+        &self,
+        parked: Parked,
+        scenarios: &[ScenarioTable],
+        store: &mut DistributionStore,
+        exposed: &mut Vec<ScenarioOutcomes>,
+    ) -> Result<(), LiveputError> {
+        let base = self.base_states();
+        let held = u32::try_from(self.ctx.layouts[parked.layout].instances).unwrap_or(u32::MAX);
+        for s in scenarios {
+            let step = Step { instances_before: s.step.instances_before.max(held), ..s.step };
+            let table = store.table(table_key(step), base * base);
+            let slot = parked.layout * base + self.pause;
+            let (start, len) = store.entry(table, slot, self.ctx, step, Some(parked.layout), self.pause)?;
+            exposed.push(ScenarioOutcomes { weight: s.probability, start, end: start + len });
+        }
+        Ok(())
     }
 
     /// With a terminal value and churn, what each state loses per ms after the
@@ -398,8 +511,8 @@ impl<'a> Program<'a> {
         }
         let fleet = u32::try_from(after).unwrap_or(u32::MAX);
         let steady = mixtures(&[Step::between(fleet, fleet, 0)], &[horizon.terminal_churn.to_vec()])?;
-        let n_states = self.n_states();
-        let mut penalties = vec![0.0; n_states];
+        let base = self.base_states();
+        let mut penalties = vec![0.0; self.n_states()];
         for (t, penalty) in penalties.iter_mut().enumerate().take(self.pause) {
             if self.ctx.layouts[t].instances > after {
                 continue;
@@ -407,8 +520,8 @@ impl<'a> Program<'a> {
             let thr = self.ctx.layouts[t].thr;
             let mut lost = 0.0f64;
             for &(probability, step) in &steady[0] {
-                let table = store.table(table_key(step), n_states * n_states);
-                let (start, len) = store.entry(table, t * n_states + t, self.ctx, step, Some(t), t)?;
+                let table = store.table(table_key(step), base * base);
+                let (start, len) = store.entry(table, t * base + t, self.ctx, step, Some(t), t)?;
                 for o in store.outs[start..start + len].iter().filter(|o| o.lost > 0.0) {
                     let restarting = thr * o.d.min(self.interval_ms) / 1000.0;
                     lost += probability * o.p * (restarting + o.lost);
@@ -482,6 +595,56 @@ impl<'a> Program<'a> {
     }
 }
 
+/// A pause whose write has not landed at its `boundary`-th boundary
+/// ([`crate::recovery`]'s pause rule): the state is still only in the memory
+/// of `layout`'s holders there.
+#[derive(Debug, Clone, Copy)]
+struct Parked {
+    /// The layout that held the state when the job paused.
+    layout: usize,
+    /// Which boundary after the pause's own the next transition crosses (1
+    /// for the first).
+    boundary: u32,
+    /// Whether the write lands after this boundary (the pause then goes on
+    /// as `S`).
+    last: bool,
+}
+
+/// What the holders of a parked pause may roll back at the boundary a
+/// transition crosses: their outcomes per scenario (empty for any other
+/// predecessor) and the scale of their lost work ([`Program::lost_scale`] of
+/// the interval the pause began).
+struct Exposure<'a> {
+    /// Where each scenario's outcomes lie in the store's.
+    scenarios: &'a [ScenarioOutcomes],
+    /// Scale of the outcomes' lost work.
+    lost_scale: f64,
+}
+
+impl Exposure<'_> {
+    /// The expected samples rolled back (at most `at_risk` each time) and the
+    /// probability of a rollback, weighted over the scenarios as
+    /// [`Move::value`]; `(0, 0)` without a parked predecessor.
+    fn rolled_back(&self, outs: &[OutcomeTerms], at_risk: f64) -> (f64, f64) {
+        let single = self.scenarios.len() == 1;
+        let (mut lost, mut resets) = (0.0f64, 0.0f64);
+        for s in self.scenarios {
+            let (mut part, mut r) = (0.0f64, 0.0f64);
+            for o in outs[s.start..s.end].iter().filter(|o| o.resets) {
+                part += o.p * rolled_back(o.lost * self.lost_scale, at_risk);
+                r += o.p;
+            }
+            if single {
+                (lost, resets) = (part, r);
+            } else {
+                lost += s.weight * part;
+                resets += s.weight * r;
+            }
+        }
+        (lost, resets)
+    }
+}
+
 /// The transition into one layout: its outcomes per scenario and the
 /// layout's throughput.
 struct Move<'a> {
@@ -495,6 +658,8 @@ struct Move<'a> {
     lost_scale: f64,
     /// The most that can be at risk ([`Program::risk_ceiling`]).
     ceiling: f64,
+    /// A parked predecessor's holders at this boundary.
+    exposure: Exposure<'a>,
 }
 
 /// What one transition does to a pair: `(samples, leftover, at_risk)` after it.
@@ -535,6 +700,11 @@ impl Move<'_> {
                 resets += s.weight * r;
             }
         }
+        if !self.exposure.scenarios.is_empty() {
+            let (lost, r) = self.exposure.rolled_back(self.outs, at_risk);
+            samples -= lost;
+            resets += r;
+        }
         let after = if tracked { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
         (samples, leftover, after)
     }
@@ -550,6 +720,8 @@ struct Pause<'a> {
     lost_scale: f64,
     /// The most that can be at risk ([`Program::risk_ceiling`]).
     ceiling: f64,
+    /// A parked predecessor's holders at this boundary.
+    exposure: Exposure<'a>,
 }
 
 impl Pause<'_> {
@@ -574,6 +746,11 @@ impl Pause<'_> {
                 samples += s.weight * part;
                 resets += s.weight * r;
             }
+        }
+        if !self.exposure.scenarios.is_empty() {
+            let (lost, r) = self.exposure.rolled_back(self.outs, at_risk);
+            samples -= lost;
+            resets += r;
         }
         let after = if tracked { at_risk_after(at_risk, resets, 0.0, self.ceiling) } else { at_risk };
         (samples, after)
