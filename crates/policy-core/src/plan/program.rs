@@ -670,7 +670,8 @@ impl Move<'_> {
     /// ms in flight and `at_risk` samples at risk (every rollback takes back
     /// at most that; infinite: exactly `liveput()`), and the work at risk
     /// after it (infinite stays infinite). One scenario: exactly its numbers;
-    /// several: the probability-weighted sum of theirs.
+    /// several: the probability-weighted sum of theirs. Out of a parked pause,
+    /// less what its holders roll back at the boundary ([`Exposure`]).
     fn value(&self, carried: f64, at_risk: f64, interval_ms: f64) -> Moved {
         let single = self.scenarios.len() == 1;
         // Uncapped (the online policy's path) the work at risk stays infinite:
@@ -727,7 +728,8 @@ struct Pause<'a> {
 impl Pause<'_> {
     /// `liveput()` of a pause: nothing trained, the in-flight migration runs
     /// on, the lost work still lost (at most `at_risk`); weighted over the
-    /// scenarios as [`Move::value`]. `(samples, at_risk after)`.
+    /// scenarios as [`Move::value`], and a parked predecessor's exposure as
+    /// there. `(samples, at_risk after)`.
     fn value(&self, at_risk: f64) -> (f64, f64) {
         let single = self.scenarios.len() == 1;
         let tracked = at_risk.is_finite();
