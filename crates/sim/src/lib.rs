@@ -66,6 +66,7 @@ pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_options, or
 
 use parcae_policy_core::at_risk;
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
+use parcae_policy_core::plan::ParkedPause;
 use parcae_policy_core::recovery::pause_exposed_boundaries;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use serde::Serialize;
@@ -447,6 +448,13 @@ impl<'a> Simulator<'a> {
     /// Expected migration time carried into the next interval, ms.
     pub fn carried_ms(&self) -> f64 {
         self.carried_ms
+    }
+
+    /// The pause whose write has not landed, if the job is in one: the layout
+    /// it paused from and the exposed boundaries left (for a planner that
+    /// starts where the simulator is, [`PlanOptions::parked`](parcae_policy_core::plan::PlanOptions::parked)).
+    pub fn parked(&self) -> Option<ParkedPause> {
+        self.parked.map(|p| ParkedPause { layout: p.layout, boundaries_left: p.boundaries_left })
     }
 
     /// Expected samples at risk of a rollback in the next interval

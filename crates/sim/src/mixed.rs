@@ -332,6 +332,7 @@ pub fn liveput_truth(
             recovery,
             terminal_ms,
             at_risk: Some(simulator.at_risk()),
+            parked: simulator.parked(),
             ..PlanOptions::default()
         };
         let planned = plan::best_plan_varying(

@@ -102,6 +102,7 @@ pub fn liveput_truth_under(
             recovery,
             terminal_ms,
             at_risk: Some(simulator.at_risk()),
+            parked: simulator.parked(),
             ..PlanOptions::default()
         };
         let planned = plan::best_plan_with(

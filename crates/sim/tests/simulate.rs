@@ -3,9 +3,10 @@
 //! the work-at-risk rule (`parcae_policy_core::at_risk`): a rollback takes
 //! back no more than was trained since the last one, and the Oracle, which
 //! plans under the rule, is still the best decision sequence there is
-//! (checked against every sequence on small random series).
+//! (checked against every sequence on small random series); and a pause's
+//! write, until which the paused layout's holders stay exposed.
 
-use parcae_policy_core::plan::{self, TransitionCache};
+use parcae_policy_core::plan::{self, ParkedPause, PlanOptions, TransitionCache};
 use parcae_policy_core::{
     ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, Recovery, StagePartition,
 };
@@ -406,6 +407,35 @@ fn a_pause_protects_the_state_only_once_its_write_lands() {
     assert!(close(run.intervals[2].lost_samples, 0.5 * trained), "{}", run.intervals[2].lost_samples);
     assert_eq!(run.intervals[2].p_lost_work, 0.5);
     assert_eq!(run.intervals[3].p_lost_work, 0.5);
+}
+
+#[test]
+fn a_plan_from_a_parked_pause_charges_its_holders_as_the_simulator_does() {
+    let profile = toy(5000.0, 600_000.0);
+    let one = Some(ParallelConfig::new(1, 1));
+    let series = [stats(2, 2, 0), stats(2, 0, 0), stats(1, 0, 1), stats(2, 1, 0), stats(2, 0, 0)];
+    let mut sim = Simulator::with_recovery(&profile, T, MigrationMode::Live, SLOW_WRITE).unwrap();
+    sim.step(series[0], one).unwrap();
+    sim.step(series[1], None).unwrap();
+    assert_eq!(sim.parked(), Some(ParkedPause { layout: ParallelConfig::new(1, 1), boundaries_left: 2 }));
+    // Plan the rest from where the simulator is, as a receding-horizon planner does.
+    let steps = plan_steps(&series);
+    let plan_rest = |parked| {
+        let options = PlanOptions { at_risk: Some(sim.at_risk()), parked, ..oracle_options(SLOW_WRITE) };
+        let cache = &mut TransitionCache::default();
+        plan::best_plan_with(&profile, sim.current(), sim.carried_ms(), &steps[2..], T, options, cache)
+            .unwrap()
+    };
+    let planned = plan_rest(sim.parked());
+    let value: f64 = planned.iter().map(|p| p.expected_samples).sum();
+    let told_nothing: f64 = plan_rest(None).iter().map(|p| p.expected_samples).sum();
+    let mut scored = 0.0;
+    for (s, p) in series[2..].iter().zip(&planned) {
+        scored += sim.step(*s, p.config).unwrap().samples;
+    }
+    assert!(close(value, scored), "planner {value}, simulator {scored}");
+    // Told nothing of the write, the planner values the same boundaries as safe.
+    assert!(told_nothing > value + 1.0, "{told_nothing} against {value}");
 }
 
 /// A tiny deterministic generator, so the random cases are the same every run.

@@ -329,6 +329,25 @@ pub struct PlanOptions {
     /// at `Some(0.0)` (a cold start), a receding-horizon planner at what the
     /// simulator carries.
     pub at_risk: Option<f64>,
+    /// When nothing runs before the first interval because the job paused and
+    /// the pause's write has not landed yet ([`crate::recovery`], "A pause's
+    /// write"): the layout it paused from and how many exposed boundaries are
+    /// left, the next one included. The plan then starts in that parked
+    /// state, so its first boundaries roll back what those holders lose, as
+    /// the simulator charges them. `None` (the default, and the online
+    /// policy's: it is told only that nothing runs): the plain pause. Ignored
+    /// when `current` runs a layout or the pause from that layout is not
+    /// exposed for that many boundaries.
+    pub parked: Option<ParkedPause>,
+}
+
+/// A pause whose write has not landed ([`PlanOptions::parked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParkedPause {
+    /// The layout that held the state when the job paused.
+    pub layout: ParallelConfig,
+    /// Exposed boundaries left, the next one included (at least 1).
+    pub boundaries_left: u32,
 }
 
 impl Default for PlanOptions {
@@ -341,6 +360,7 @@ impl Default for PlanOptions {
             terminal_ms: 0.0,
             first: None,
             at_risk: None,
+            parked: None,
         }
     }
 }

@@ -168,7 +168,7 @@ impl<'a> Program<'a> {
             pruned_states(layouts, start, horizon.mixtures, horizon.afters, options)
         });
         let mut parked = Vec::new();
-        let parks_into = layouts
+        let parks_into: Vec<Option<usize>> = layouts
             .iter()
             .enumerate()
             .map(|(layout, choice)| {
@@ -185,6 +185,19 @@ impl<'a> Program<'a> {
             .collect();
         let mut order = tie_order(layouts);
         order.extend(pause + 1..pause + 1 + parked.len());
+        // A job still writing the state of its pause starts in that parked
+        // state: its `boundaries_left`-th boundary from the end.
+        let start_state = options
+            .parked
+            .filter(|_| start_state == pause)
+            .and_then(|p| {
+                let layout = layouts.iter().position(|k| k.config == p.layout)?;
+                let first = parks_into[layout]?;
+                let exposed = parked.iter().filter(|q| q.layout == layout).count();
+                let left = p.boundaries_left as usize;
+                (1..=exposed).contains(&left).then(|| first + exposed - left)
+            })
+            .unwrap_or(start_state);
         Program {
             ctx,
             interval_ms: horizon.interval_ms,
@@ -431,8 +444,9 @@ impl<'a> Program<'a> {
             let exposure_scale = match self.parked_state(f) {
                 Some(parked) => {
                     self.expose(parked, scenarios, store, exposed)?;
-                    // The pause began `boundary` intervals before this one.
-                    self.lost_scale(i - parked.boundary as usize, parked.layout)
+                    // The pause began `boundary` intervals before this one
+                    // (before the first: the speed before it).
+                    self.lost_scale(i.saturating_sub(parked.boundary as usize), parked.layout)
                 }
                 None => 1.0,
             };
