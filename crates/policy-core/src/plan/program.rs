@@ -52,9 +52,12 @@ pub(super) struct Work {
     outcomes: Vec<ScenarioOutcomes>,
     /// Predecessor states with a front, in the order they are tried.
     live: Vec<usize>,
-    /// Per scenario of the current transition out of a parked pause: where
-    /// the outcomes of its holders' exposure lie ([`Parked`]).
+    /// Per parked pause with a front, per scenario of the current interval:
+    /// where the outcomes of its holders at the interval's boundary lie
+    /// ([`Parked`]), looked up once per interval.
     exposed: Vec<ScenarioOutcomes>,
+    /// Per parked pause (state `S + 1 + k`): its range in `exposed`.
+    exposed_ranges: Vec<(usize, usize)>,
 }
 
 /// One scenario of an interval and the distribution table of its step.
@@ -324,6 +327,7 @@ impl<'a> Program<'a> {
         }
         let before = u64::from(mix.first().map_or(0, |m| m.1.instances_before));
         self.order_predecessors(work);
+        self.expose_all(store, work)?;
         for t in 0..n_states {
             let range = if self.may_choose(i, t, after) {
                 self.front(i, t, before, store, work)?
@@ -402,7 +406,7 @@ impl<'a> Program<'a> {
         store: &mut DistributionStore,
         work: &mut Work,
     ) -> Result<(usize, usize), LiveputError> {
-        let Work { points, prev, scratch, scenarios, outcomes, live, exposed, .. } = work;
+        let Work { points, prev, scratch, scenarios, outcomes, live, exposed, exposed_ranges, .. } = work;
         let layouts = &self.ctx.layouts;
         let base = self.base_states();
         // What the store knows `t` as: a parked pause is a pause.
@@ -440,17 +444,19 @@ impl<'a> Program<'a> {
                     end: o_start + o_len,
                 });
             }
-            exposed.clear();
-            let exposure_scale = match self.parked_state(f) {
+            let exposure = match self.parked_state(f) {
                 Some(parked) => {
-                    self.expose(parked, scenarios, store, exposed)?;
-                    // The pause began `boundary` intervals before this one
-                    // (before the first: the speed before it).
-                    self.lost_scale(i.saturating_sub(parked.boundary as usize), parked.layout)
+                    let (first, len) = exposed_ranges[f - self.pause - 1];
+                    Exposure {
+                        scenarios: &exposed[first..first + len],
+                        // The pause began `boundary` intervals before this
+                        // one (before the first: the speed before it).
+                        lost_scale: self
+                            .lost_scale(i.saturating_sub(parked.boundary as usize), parked.layout),
+                    }
                 }
-                None => 1.0,
+                None => Exposure { scenarios: &[], lost_scale: 1.0 },
             };
-            let exposure = Exposure { scenarios: exposed, lost_scale: exposure_scale };
             let preds = &points[start..start + len];
             let lost_scale = from.map_or(1.0, |f| self.lost_scale(i, f));
             if t >= self.pause {
@@ -478,26 +484,33 @@ impl<'a> Program<'a> {
         Ok(commit_front(points, best, scratch, self.options.max_front, self.capped(), &mut store.stats))
     }
 
-    /// Look up, per scenario of the interval, the outcomes of `parked`'s
-    /// holders at its boundary: the distribution of the pause from its layout
-    /// under the scenario's preemptions, drawn over the instances before the
-    /// change or, when fewer are left than the layout held, over the layout's
-    /// own (the simulator draws them alike).
-    fn expose(
-        &self,
-        parked: Parked,
-        scenarios: &[ScenarioTable],
-        store: &mut DistributionStore,
-        exposed: &mut Vec<ScenarioOutcomes>,
-    ) -> Result<(), LiveputError> {
+    /// Look up, for every parked pause with a front in the previous interval
+    /// and per scenario of this one, the outcomes of its holders at the
+    /// boundary: the distribution of the pause from its layout under the
+    /// scenario's preemptions, drawn over the instances before the change or,
+    /// when fewer are left than the layout held, over the layout's own (the
+    /// simulator draws them alike).
+    fn expose_all(&self, store: &mut DistributionStore, work: &mut Work) -> Result<(), LiveputError> {
+        let Work { prev, scenarios, exposed, exposed_ranges, .. } = work;
+        exposed.clear();
+        exposed_ranges.clear();
+        exposed_ranges.resize(self.parked.len(), (0, 0));
         let base = self.base_states();
-        let held = u32::try_from(self.ctx.layouts[parked.layout].instances).unwrap_or(u32::MAX);
-        for s in scenarios {
-            let step = Step { instances_before: s.step.instances_before.max(held), ..s.step };
-            let table = store.table(table_key(step), base * base);
+        for (k, parked) in self.parked.iter().enumerate() {
+            if prev[self.pause + 1 + k].1 == 0 {
+                continue;
+            }
+            let first = exposed.len();
+            let held = u32::try_from(self.ctx.layouts[parked.layout].instances).unwrap_or(u32::MAX);
             let slot = parked.layout * base + self.pause;
-            let (start, len) = store.entry(table, slot, self.ctx, step, Some(parked.layout), self.pause)?;
-            exposed.push(ScenarioOutcomes { weight: s.probability, start, end: start + len });
+            for s in scenarios.iter() {
+                let step = Step { instances_before: s.step.instances_before.max(held), ..s.step };
+                let table = store.table(table_key(step), base * base);
+                let (start, len) =
+                    store.entry(table, slot, self.ctx, step, Some(parked.layout), self.pause)?;
+                exposed.push(ScenarioOutcomes { weight: s.probability, start, end: start + len });
+            }
+            exposed_ranges[k] = (first, exposed.len() - first);
         }
         Ok(())
     }
