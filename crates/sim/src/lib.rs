@@ -152,7 +152,8 @@ pub struct IntervalRecord {
     /// restart rolled back ([`IntervalRecord::lost_samples`]); can be negative.
     pub samples: f64,
     /// Expected samples lost by a restart from checkpoint (the work since the
-    /// last checkpoint, at the old layout's speed), already taken off `samples`.
+    /// last checkpoint, at the old layout's speed), already taken off `samples`;
+    /// with what a pause's holders lose before its write lands.
     pub lost_samples: f64,
     /// Expected time of the interval spent migrating, ms: the carried-in
     /// remainder and this interval's reconfiguration, capped at the interval
