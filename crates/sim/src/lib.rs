@@ -353,12 +353,10 @@ pub struct Simulator<'a> {
 /// the layout it paused from (`parcae_policy_core::recovery`, "A pause's write").
 #[derive(Debug, Clone, Copy)]
 struct Parked<'a> {
-    /// The layout that held the state when the job paused.
-    layout: ParallelConfig,
+    /// The layout it paused from and the boundaries still exposed.
+    pause: ParkedPause,
     /// The profile its work was trained under (what a rollback takes back).
     trained_under: &'a ModelProfile,
-    /// Boundaries still exposed, the next one included.
-    boundaries_left: u32,
 }
 
 impl<'a> Simulator<'a> {
@@ -455,7 +453,7 @@ impl<'a> Simulator<'a> {
     /// it paused from and the exposed boundaries left (for a planner that
     /// starts where the simulator is, [`PlanOptions::parked`](parcae_policy_core::plan::PlanOptions::parked)).
     pub fn parked(&self) -> Option<ParkedPause> {
-        self.parked.map(|p| ParkedPause { layout: p.layout, boundaries_left: p.boundaries_left })
+        self.parked.map(|p| p.pause)
     }
 
     /// Expected samples at risk of a rollback in the next interval
@@ -618,15 +616,14 @@ impl<'a> Simulator<'a> {
                 let boundaries_left =
                     pause_exposed_boundaries(self.profile, &self.recovery, layout, interval_ms);
                 (boundaries_left > 0).then_some(Parked {
-                    layout,
+                    pause: ParkedPause { layout, boundaries_left },
                     trained_under: self.trained_under,
-                    boundaries_left,
                 })
             }
-            (None, None) => self
-                .parked
-                .filter(|p| p.boundaries_left > 1)
-                .map(|p| Parked { boundaries_left: p.boundaries_left - 1, ..p }),
+            (None, None) => self.parked.filter(|p| p.pause.boundaries_left > 1).map(|mut p| {
+                p.pause.boundaries_left -= 1;
+                p
+            }),
             (_, Some(_)) => None,
         };
         Ok(self.advance(record))
@@ -638,18 +635,19 @@ impl<'a> Simulator<'a> {
     /// when fewer are left than the layout held, over the layout's own (as the
     /// planner draws them), each rollback taking back at most what is at risk.
     fn exposure(&self, parked: Parked<'_>, stats: &IntervalStats) -> Result<(f64, f64), LiveputError> {
-        let held = u32::try_from(parked.layout.instances()).unwrap_or(u32::MAX);
+        let layout = parked.pause.layout;
+        let held = u32::try_from(layout.instances()).unwrap_or(u32::MAX);
         let dist = liveput::transition_distribution_under(
             self.profile,
             &self.recovery,
-            Some(parked.layout),
+            Some(layout),
             self.instances_before.max(held),
             stats.preemptions,
             stats.arrivals,
             None,
         )?;
         let p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
-        let per_rollback = liveput::lost_samples(parked.trained_under, Some(parked.layout), &dist)?;
+        let per_rollback = liveput::lost_samples(parked.trained_under, Some(layout), &dist)?;
         Ok((at_risk::rolled_back(per_rollback, self.at_risk) * p_reset, p_reset))
     }
 
