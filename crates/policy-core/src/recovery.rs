@@ -110,6 +110,14 @@ impl Recovery {
     }
 }
 
+/// The instances an exposed boundary's preemptions are drawn from, for a pause
+/// from `layout` with `instances_before` alive: those alive or, when fewer are
+/// left than the layout held, the layout's own. One rule for the simulator and
+/// the planner, which must charge the same exposure.
+pub fn exposed_fleet(instances_before: u32, layout: ParallelConfig) -> u32 {
+    instances_before.max(u32::try_from(layout.instances()).unwrap_or(u32::MAX))
+}
+
 /// How many interval boundaries after a pause from `config` begins its
 /// holders stay exposed ([module documentation](self#a-pauses-write)): the
 /// boundaries `m = 1, 2, ...` (each `interval_ms` after the one before) at

@@ -67,7 +67,7 @@ pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_options, or
 use parcae_policy_core::at_risk;
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
 use parcae_policy_core::plan::ParkedPause;
-use parcae_policy_core::recovery::pause_exposed_boundaries;
+use parcae_policy_core::recovery::{exposed_fleet, pause_exposed_boundaries};
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use serde::Serialize;
 
@@ -631,17 +631,15 @@ impl<'a> Simulator<'a> {
 
     /// What the holders of a parked pause roll back at this interval's
     /// boundary, `(expected samples, probability)`: the pause from their layout
-    /// under the interval's preemptions, drawn over the instances before it or,
-    /// when fewer are left than the layout held, over the layout's own (as the
+    /// under the interval's preemptions, drawn over `exposed_fleet` (as the
     /// planner draws them), each rollback taking back at most what is at risk.
     fn exposure(&self, parked: Parked<'_>, stats: &IntervalStats) -> Result<(f64, f64), LiveputError> {
         let layout = parked.pause.layout;
-        let held = u32::try_from(layout.instances()).unwrap_or(u32::MAX);
         let dist = liveput::transition_distribution_under(
             self.profile,
             &self.recovery,
             Some(layout),
-            self.instances_before.max(held),
+            exposed_fleet(self.instances_before, layout),
             stats.preemptions,
             stats.arrivals,
             None,

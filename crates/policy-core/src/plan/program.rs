@@ -14,7 +14,7 @@ use super::{PlannedStep, ScoredPlan};
 use crate::ParallelConfig;
 use crate::at_risk::{at_risk_after, rolled_back};
 use crate::liveput::LiveputError;
-use crate::recovery::pause_exposed_boundaries;
+use crate::recovery::{exposed_fleet, pause_exposed_boundaries};
 
 /// One pair of a Pareto front, with its back pointer.
 #[derive(Debug, Clone, Copy)]
@@ -447,7 +447,7 @@ impl<'a> Program<'a> {
             let exposure = match self.parked_state(f) {
                 Some(parked) => {
                     let (first, len) = exposed_ranges[f - self.pause - 1];
-                    Exposure {
+                    Rollbacks {
                         scenarios: &exposed[first..first + len],
                         // The pause began `boundary` intervals before this
                         // one (before the first: the speed before it).
@@ -455,7 +455,7 @@ impl<'a> Program<'a> {
                             .lost_scale(i.saturating_sub(parked.boundary as usize), parked.layout),
                     }
                 }
-                None => Exposure { scenarios: &[], lost_scale: 1.0 },
+                None => Rollbacks { scenarios: &[], lost_scale: 1.0 },
             };
             let preds = &points[start..start + len];
             let lost_scale = from.map_or(1.0, |f| self.lost_scale(i, f));
@@ -487,9 +487,8 @@ impl<'a> Program<'a> {
     /// Look up, for every parked pause with a front in the previous interval
     /// and per scenario of this one, the outcomes of its holders at the
     /// boundary: the distribution of the pause from its layout under the
-    /// scenario's preemptions, drawn over the instances before the change or,
-    /// when fewer are left than the layout held, over the layout's own (the
-    /// simulator draws them alike).
+    /// scenario's preemptions, drawn over [`exposed_fleet`] (as the simulator
+    /// draws them).
     fn expose_all(&self, store: &mut DistributionStore, work: &mut Work) -> Result<(), LiveputError> {
         let Work { prev, scenarios, exposed, exposed_ranges, .. } = work;
         exposed.clear();
@@ -501,10 +500,11 @@ impl<'a> Program<'a> {
                 continue;
             }
             let first = exposed.len();
-            let held = u32::try_from(self.ctx.layouts[parked.layout].instances).unwrap_or(u32::MAX);
+            let config = self.ctx.layouts[parked.layout].config;
             let slot = parked.layout * base + self.pause;
             for s in scenarios.iter() {
-                let step = Step { instances_before: s.step.instances_before.max(held), ..s.step };
+                let step =
+                    Step { instances_before: exposed_fleet(s.step.instances_before, config), ..s.step };
                 let table = store.table(table_key(step), base * base);
                 let (start, len) =
                     store.entry(table, slot, self.ctx, step, Some(parked.layout), self.pause)?;
@@ -637,21 +637,22 @@ struct Parked {
     last: bool,
 }
 
-/// What the holders of a parked pause may roll back at the boundary a
-/// transition crosses: their outcomes per scenario (empty for any other
-/// predecessor) and the scale of their lost work ([`Program::lost_scale`] of
-/// the interval the pause began).
-struct Exposure<'a> {
+/// Outcomes per scenario whose rollbacks a transition charges, and the scale
+/// of their lost work: a pause's own (the layout it pauses from, at the
+/// interval's boundary), or a parked predecessor's holders at the boundary it
+/// crosses (empty for any other predecessor; scaled by [`Program::lost_scale`]
+/// of the interval the pause began).
+struct Rollbacks<'a> {
     /// Where each scenario's outcomes lie in the store's.
     scenarios: &'a [ScenarioOutcomes],
     /// Scale of the outcomes' lost work.
     lost_scale: f64,
 }
 
-impl Exposure<'_> {
+impl Rollbacks<'_> {
     /// The expected samples rolled back (at most `at_risk` each time) and the
     /// probability of a rollback, weighted over the scenarios as
-    /// [`Move::value`]; `(0, 0)` without a parked predecessor.
+    /// [`Move::value`]; `(0, 0)` for no outcomes.
     fn rolled_back(&self, outs: &[OutcomeTerms], at_risk: f64) -> (f64, f64) {
         let single = self.scenarios.len() == 1;
         let (mut lost, mut resets) = (0.0f64, 0.0f64);
@@ -686,7 +687,7 @@ struct Move<'a> {
     /// The most that can be at risk ([`Program::risk_ceiling`]).
     ceiling: f64,
     /// A parked predecessor's holders at this boundary.
-    exposure: Exposure<'a>,
+    exposure: Rollbacks<'a>,
 }
 
 /// What one transition does to a pair: `(samples, leftover, at_risk)` after it.
@@ -698,7 +699,7 @@ impl Move<'_> {
     /// at most that; infinite: exactly `liveput()`), and the work at risk
     /// after it (infinite stays infinite). One scenario: exactly its numbers;
     /// several: the probability-weighted sum of theirs. Out of a parked pause,
-    /// less what its holders roll back at the boundary ([`Exposure`]).
+    /// less what its holders roll back at the boundary ([`Rollbacks`]).
     fn value(&self, carried: f64, at_risk: f64, interval_ms: f64) -> Moved {
         let single = self.scenarios.len() == 1;
         // Uncapped (the online policy's path) the work at risk stays infinite:
@@ -728,11 +729,9 @@ impl Move<'_> {
                 resets += s.weight * r;
             }
         }
-        if !self.exposure.scenarios.is_empty() {
-            let (lost, r) = self.exposure.rolled_back(self.outs, at_risk);
-            samples -= lost;
-            resets += r;
-        }
+        let (exposed_lost, exposed_resets) = self.exposure.rolled_back(self.outs, at_risk);
+        samples -= exposed_lost;
+        resets += exposed_resets;
         let after = if tracked { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
         (samples, leftover, after)
     }
@@ -749,7 +748,7 @@ struct Pause<'a> {
     /// The most that can be at risk ([`Program::risk_ceiling`]).
     ceiling: f64,
     /// A parked predecessor's holders at this boundary.
-    exposure: Exposure<'a>,
+    exposure: Rollbacks<'a>,
 }
 
 impl Pause<'_> {
@@ -758,29 +757,12 @@ impl Pause<'_> {
     /// scenarios as [`Move::value`], and a parked predecessor's exposure as
     /// there. `(samples, at_risk after)`.
     fn value(&self, at_risk: f64) -> (f64, f64) {
-        let single = self.scenarios.len() == 1;
+        let own = Rollbacks { scenarios: self.scenarios, lost_scale: self.lost_scale };
+        let (lost, own_resets) = own.rolled_back(self.outs, at_risk);
+        let (exposed_lost, exposed_resets) = self.exposure.rolled_back(self.outs, at_risk);
+        let samples = -lost - exposed_lost;
+        let resets = own_resets + exposed_resets;
         let tracked = at_risk.is_finite();
-        let (mut samples, mut resets) = (0.0f64, 0.0f64);
-        for s in self.scenarios {
-            let (mut part, mut r) = (0.0f64, 0.0f64);
-            for o in &self.outs[s.start..s.end] {
-                part -= o.p * rolled_back(o.lost * self.lost_scale, at_risk);
-                if tracked && o.resets {
-                    r += o.p;
-                }
-            }
-            if single {
-                (samples, resets) = (part, r);
-            } else {
-                samples += s.weight * part;
-                resets += s.weight * r;
-            }
-        }
-        if !self.exposure.scenarios.is_empty() {
-            let (lost, r) = self.exposure.rolled_back(self.outs, at_risk);
-            samples -= lost;
-            resets += r;
-        }
         let after = if tracked { at_risk_after(at_risk, resets, 0.0, self.ceiling) } else { at_risk };
         (samples, after)
     }
