@@ -287,3 +287,51 @@ fn a_mixed_fleet_of_two_types_is_one_job_priced_per_type() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("names every trace's instance type"), "{stderr}");
 }
+
+/// `--cadence`: by default every row checkpoints at the cadence of the
+/// unannounced losses seen so far (`run`'s rule), `whole-trace` at the whole
+/// trace's; the notes say which, the rows differ, and under either the Oracle
+/// is the best row and a policy told each interval's profile scores as its
+/// baseline does.
+#[test]
+fn the_checkpoint_cadence_follows_the_losses_seen_so_far_unless_told_otherwise() {
+    let data = shared();
+    let dir = scratch("cadence");
+    let trace = data.join("traces/aws-g4dn/g4dn-events.csv");
+    let run = |cadence: Option<&str>, name: &str| {
+        let json = dir.join(name);
+        let mut args = vec![
+            "--trace",
+            trace.to_str().unwrap(),
+            "--model",
+            "gpt-6.7b",
+            "--notice-seconds",
+            "0",
+            "--policy",
+            "builtin:reactive",
+            "--baselines",
+            "oracle,reactive",
+            "--peers",
+            "none",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        if let Some(cadence) = cadence {
+            args.extend(["--cadence", cadence]);
+        }
+        let stdout = bench(&args);
+        (stdout, records(&json))
+    };
+    let (seen_out, seen) = run(None, "seen.json");
+    let (whole_out, whole) = run(Some("whole-trace"), "whole.json");
+    assert!(seen_out.contains("at the Young/Daly cadence of the losses seen so far"), "{seen_out}");
+    assert!(whole_out.contains("Young/Daly for the whole trace's"), "{whole_out}");
+    for records in [&seen, &whole] {
+        let (oracle, reactive) =
+            (samples(by_policy(records, "oracle")), samples(by_policy(records, "reactive")));
+        assert!(reactive <= oracle * (1.0 + 1e-12), "reactive {reactive} above the Oracle {oracle}");
+        assert_eq!(samples(by_policy(records, "builtin:reactive")), reactive);
+    }
+    let reactive = |records: &[Value]| samples(by_policy(records, "reactive"));
+    assert_ne!(reactive(&seen), reactive(&whole), "the cadence changed nothing");
+}

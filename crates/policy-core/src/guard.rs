@@ -76,6 +76,21 @@
 //! been borne out. [`DEFAULT_UNPROVEN_SCALE`] says what it was measured to
 //! do.
 //!
+//! # The work at risk
+//!
+//! The real job's plan is made under the rule every row is scored by
+//! ([`crate::at_risk`]): a rollback takes back at most what was trained since
+//! the last one. The guard carries the real job's expected work at risk as the
+//! simulator does (from the intervals it scores, one behind), and while it is
+//! below the profile's ceiling (after a cold start, a pause, or a likely
+//! rollback) the planner plans from it ([`crate::plan::PlanOptions::at_risk`]).
+//! A cold start risks nothing: planned without the rule, a deployment whose
+//! checkpoint cadence is still the profile's 30 minutes (no loss seen yet)
+//! paused its first intervals on the p3 look-alike (GPT-6.7B, unannounced)
+//! for fear of rolling back work it had not trained. At the ceiling the
+//! planner plans without the rule (its cheaper program; the shadows are
+//! scored without it too).
+//!
 //! What this guarantees: over any window the real job earns about what the
 //! better candidate earned, less the migrations of a switch and the lag of the
 //! window. What it does not: it cannot beat both candidates where each wins a
@@ -85,8 +100,9 @@
 //! target) on `f64` and the candidates' own deterministic code,
 //! so a guest computes the same decisions bit for bit as the host.
 
+use crate::at_risk;
 use crate::count_forecast::ForecastChoice;
-use crate::liveput::liveput;
+use crate::liveput::{liveput, liveput_over, lost_samples, transition_distribution_under};
 use crate::reactive::ThroughputOptimal;
 use crate::robust::RobustLiveput;
 use crate::{
@@ -144,6 +160,10 @@ pub struct GuardSettings {
     /// so the estimate has been borne out. Off (or with no
     /// proving shadow kept): the planner always checks the low end.
     pub trust_when_proven: bool,
+    /// Plan the real job from its own work at risk while that is below the
+    /// ceiling (see *The work at risk* above); off: always as if the ceiling
+    /// were at risk, as before (kept to measure what the rule costs).
+    pub plan_at_risk: bool,
 }
 
 impl Default for GuardSettings {
@@ -161,6 +181,7 @@ impl Default for GuardSettings {
             tenure_regret: true,
             unproven_scale: DEFAULT_UNPROVEN_SCALE,
             trust_when_proven: true,
+            plan_at_risk: true,
         }
     }
 }
@@ -236,6 +257,10 @@ pub struct GuardedLiveput {
     /// The reactive shadow's unweighted sum over the intervals the proving
     /// shadow was scored on.
     reactive_total: f64,
+    /// The real job's expected samples at risk of a rollback entering the
+    /// interval after the last one scored ([`crate::at_risk`]): 0 at a cold
+    /// start.
+    real_at_risk: f64,
 }
 
 /// An observed interval whose real-job score waits for the next request.
@@ -366,6 +391,7 @@ impl Default for GuardedLiveput {
             real_variance: 0.0,
             proving: Shadow::default(),
             reactive_total: 0.0,
+            real_at_risk: 0.0,
         }
     }
 }
@@ -389,6 +415,12 @@ impl GuardedLiveput {
     /// The real job's own score (one interval behind the shadows').
     pub fn real(&self) -> Shadow {
         self.real
+    }
+
+    /// The real job's expected samples at risk of a rollback, entering the
+    /// interval being decided ([`crate::at_risk`]).
+    pub fn real_at_risk(&self) -> f64 {
+        self.real_at_risk
     }
 
     /// Whether hedging has paid on this fleet: the proving shadow has earned
@@ -525,14 +557,7 @@ impl GuardedLiveput {
         // the one that ran after it (`current` now), against what the
         // reactive shadow earned in the same interval.
         if let Some(pending) = self.pending.take() {
-            let real = score(
-                &pending.profile,
-                pending.from,
-                pending.before,
-                pending.stats,
-                request.current,
-                self.real.carried_ms,
-            );
+            let real = self.score_real(&pending, request.current, &recovery, interval_ms);
             self.real.layout = request.current;
             self.real.score *= keep;
             self.real_gap *= keep;
@@ -593,6 +618,38 @@ impl GuardedLiveput {
 }
 
 impl GuardedLiveput {
+    /// The real job's interval `pending`, run into `to`: its expected liveput,
+    /// and the work at risk after it, as the simulator carries it (a rollback
+    /// resets it with its probability; what the interval trains before any
+    /// rollback adds to it, up to the profile's ceiling).
+    fn score_real(
+        &mut self,
+        pending: &PendingInterval,
+        to: Option<ParallelConfig>,
+        recovery: &crate::Recovery,
+        interval_ms: f64,
+    ) -> Result<crate::liveput::LiveputValue, crate::liveput::LiveputError> {
+        let stats = pending.stats;
+        let dist = transition_distribution_under(
+            &pending.profile,
+            recovery,
+            pending.from,
+            pending.before,
+            stats.preemptions.min(pending.before),
+            stats.arrivals,
+            to,
+        )?;
+        let value =
+            liveput_over(&pending.profile, pending.from, to, &dist, interval_ms, self.real.carried_ms)?;
+        let p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
+        let gross = value.expected_samples + p_reset * lost_samples(&pending.profile, pending.from, &dist)?;
+        // Never below 0 (rounding), which the planner would refuse.
+        self.real_at_risk =
+            at_risk::at_risk_after(self.real_at_risk, p_reset, gross, at_risk::ceiling(&pending.profile))
+                .max(0.0);
+        Ok(value)
+    }
+
     /// The proving shadow's decision for the interval `request` observed
     /// (`None` while no proving shadow is kept). Where it runs the planner
     /// shadow's layout, and the planner shadow's decision (`planner_decided`)
@@ -632,7 +689,13 @@ impl Predictor for GuardedLiveput {
 impl Optimizer for GuardedLiveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         self.advance_shadows(request)?;
-        self.plan_with(self.leader, request)
+        // The real job plans from its own work at risk while that is below
+        // the ceiling; the shadows were planned without it.
+        let below = self.settings.plan_at_risk && self.real_at_risk < at_risk::ceiling(&request.profile);
+        self.planner.optimizer.options.at_risk = below.then_some(self.real_at_risk);
+        let plan = self.plan_with(self.leader, request);
+        self.planner.optimizer.options.at_risk = None;
+        plan
     }
 }
 
@@ -820,6 +883,7 @@ mod tests {
             tenure_regret: false,
             unproven_scale: 1.0,
             trust_when_proven: false,
+            plan_at_risk: true,
         });
         drive(&mut guard, &history);
         guard.shadows[Candidate::Reactive as usize].score = 1.4 * guard.shadows[0].score;
@@ -849,6 +913,7 @@ mod tests {
             tenure_regret: false,
             unproven_scale: 1.0,
             trust_when_proven: false,
+            plan_at_risk: true,
         };
         // The leader after reactive's shadow is put 10% ahead with that
         // variance of the difference behind it; and the planner's score.
@@ -883,6 +948,7 @@ mod tests {
             tenure_regret: false,
             unproven_scale: 1.0,
             trust_when_proven: false,
+            plan_at_risk: true,
         };
         let mut guard = GuardedLiveput::with_settings(settings);
         drive(&mut guard, &history[..5]);

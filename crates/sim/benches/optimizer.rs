@@ -8,8 +8,9 @@
 //!   hedged plan, the terminal value, and the three shadows of the regret
 //!   guard) the same way, H = 8, under AWS's 120 s notice; `/no-deference`,
 //!   `/at-the-estimate` (deference without the low-churn check of its own
-//!   moves), `/bursts-to-3` and `/no-proving` (no proving shadow, the low end
-//!   unscaled throughout) without each of its costliest knobs.
+//!   moves), `/bursts-to-3`, `/no-proving` (no proving shadow, the low end
+//!   unscaled throughout) and `/no-work-at-risk` (the real job planned as if
+//!   the ceiling were at risk) without each of its costliest knobs.
 //! - `decision/N=32`, `decision/N=1024`: one interval's decision (H = 12) on
 //!   a fleet that just lost instances, with a cold cache (first decision of a
 //!   run) and a warm one (steady state). N = 1024 uses the GPT-1.5B profile
@@ -172,12 +173,13 @@ fn whole_trace(c: &mut Criterion) {
     // instead of 4) cost, and what the proving shadow costs (a third plan
     // where its decision could differ from the planner shadow's).
     type Adjust = fn(&mut GuardedLiveput);
-    let variants: [(&str, Adjust); 5] = [
+    let variants: [(&str, Adjust); 6] = [
         ("default-policy", |_| {}),
         ("default-policy/no-deference", |p| p.planner.optimizer.defer_margin = 0.0),
         ("default-policy/at-the-estimate", |p| p.planner.defer_sigmas = 0.0),
         ("default-policy/bursts-to-3", |p| p.planner.estimator.max_extra = 3),
         ("default-policy/no-proving", |p| p.settings.unproven_scale = 1.0),
+        ("default-policy/no-work-at-risk", |p| p.settings.plan_at_risk = false),
     ];
     for (name, adjust) in variants {
         group.bench_function(name, |b| {

@@ -22,10 +22,13 @@ use std::path::Path;
 
 use parcae_policy_core::ParallelConfig;
 use parcae_policy_core::guard::{DEFAULT_DEFER_SIGMAS, DEFAULT_GUARD_SIGNIFICANCE, GuardedLiveput};
-use parcae_profile::{CostConstants, Profile};
-use parcae_sim::cadence::with_young_daly_cadence;
-use parcae_sim::{MigrationMode, Prices, drive_native, oracle_under, reactive, simulate_under};
+use parcae_profile::Profile;
+use parcae_sim::{
+    Cadenced, MigrationMode, Prices, drive_native_profiles, oracle_cadenced, reactive, simulate_cadenced,
+};
 use parcae_traces::synth::SynthSpec;
+
+mod shared;
 
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
@@ -86,8 +89,10 @@ const SETTINGS: [Variant; 5] = [
 ];
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: lookalike_draws MODEL aws-p3-like|aws-g4dn-like NOTICE_MS FIRST_SEED LAST_SEED";
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let cadence = shared::take_cadence(&mut args);
+    let usage = "usage: lookalike_draws MODEL aws-p3-like|aws-g4dn-like NOTICE_MS FIRST_SEED LAST_SEED \
+                 [--cadence seen-so-far|whole-trace]";
     let [model, family, notice, first, last] = <[String; 5]>::try_from(args).expect(usage);
     let notice_ms: f64 = notice.parse().expect("NOTICE_MS is a number of milliseconds");
     let seeds = first.parse::<u64>().expect("FIRST_SEED")..=last.parse::<u64>().expect("LAST_SEED");
@@ -96,7 +101,7 @@ fn main() {
         "aws-g4dn-like" => "data/traces/aws-g4dn/g4dn-events.csv",
         _ => panic!("{usage}"),
     };
-    let constants = CostConstants::load(Path::new("data/profiles/cost-constants.json")).expect("constants");
+    let (constants, _) = shared::constants();
     let profile = Profile::load(Path::new("data/profiles/p3-v100-parcae.json"))
         .and_then(|p| p.model_profile(&model, &constants))
         .expect("the p3 profile has the model");
@@ -113,7 +118,8 @@ fn main() {
             .series(INTERVAL_MS)
             .expect("a generated trace has a series")
             .intervals;
-        let system = with_young_daly_cadence(
+        let system = Cadenced::new(
+            cadence,
             &profile,
             &series,
             INTERVAL_MS,
@@ -121,13 +127,14 @@ fn main() {
             constants.checkpoint_snapshot_bytes_per_ms(),
         );
         let score = |d: &[Option<ParallelConfig>]| {
-            simulate_under(&system, &series, INTERVAL_MS, d, prices, MigrationMode::Live, recovery)
+            simulate_cadenced(&system, &series, INTERVAL_MS, d, prices, MigrationMode::Live, recovery)
                 .expect("the decisions fit the trace")
                 .totals
                 .samples
         };
-        let oracle = score(&oracle_under(&system, &series, INTERVAL_MS, recovery).expect("the Oracle plans"));
-        let baseline = score(&reactive(&system, &series));
+        let oracle =
+            score(&oracle_cadenced(&system, &series, INTERVAL_MS, recovery).expect("the Oracle plans"));
+        let baseline = score(&reactive(system.base(), &series));
         let mut line = format!("{family} seed {seed} {model}: reactive {:.2}%", 100.0 * baseline / oracle);
         for (i, variant) in SETTINGS.into_iter().enumerate() {
             let mut policy = GuardedLiveput::default();
@@ -135,8 +142,9 @@ fn main() {
             policy.settings.significance = variant.significance;
             policy.settings.tenure_regret = variant.tenure;
             policy.settings.trust_when_proven = variant.trust;
-            let decisions = drive_native(&mut policy, &series, &system, recovery, INTERVAL_MS, HORIZON)
-                .expect("the native policy does not fail on a profiled model");
+            let decisions =
+                drive_native_profiles(&mut policy, &series, |k| system.at(k), recovery, INTERVAL_MS, HORIZON)
+                    .expect("the native policy does not fail on a profiled model");
             let samples = score(&decisions);
             shares[i].push(100.0 * samples / oracle);
             behind[i] += usize::from(samples < baseline);

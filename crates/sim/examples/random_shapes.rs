@@ -15,16 +15,18 @@
 //! LAST_SEED [HOURS [INTERVAL_SECONDS]]` (from the workspace root; 24 h and
 //! one-minute intervals by default, as `bench`; a seed draws the same fleet
 //! and case at every interval length) prints one line per case and a summary
-//! per model and notice.
+//! per model and notice; `--cadence whole-trace` prices every row at the whole
+//! trace's checkpoint cadence instead of the losses seen so far.
 
 use std::path::Path;
 
 use parcae_policy_core::ParallelConfig;
 use parcae_policy_core::guard::GuardedLiveput;
 use parcae_profile::{CostConstants, Profile};
-use parcae_sim::cadence::with_young_daly_cadence;
 use parcae_sim::peers::PeerConstants;
-use parcae_sim::{MigrationMode, Prices, drive_native, oracle_under, simulate_under};
+use parcae_sim::{
+    CadenceRule, Cadenced, MigrationMode, Prices, drive_native_profiles, oracle_cadenced, simulate_cadenced,
+};
 use parcae_traces::synth::SynthSpec;
 
 mod shared;
@@ -130,6 +132,7 @@ fn score(
     interval_ms: u64,
     constants: &CostConstants,
     peer_constants: &PeerConstants,
+    cadence: CadenceRule,
 ) -> Scored {
     let (profile_name, profile_path) = drawn.profile;
     let profile = Profile::load(Path::new(profile_path))
@@ -144,7 +147,8 @@ fn score(
         .intervals;
     let recovery = constants.recovery(drawn.notice_s * 1000.0).expect("the constants give a recovery");
     let prices = Prices { spot_usd_per_hour: 0.918, on_demand_usd_per_hour: 3.06 };
-    let system = with_young_daly_cadence(
+    let system = Cadenced::new(
+        cadence,
         &profile,
         &series,
         interval_ms,
@@ -152,9 +156,9 @@ fn score(
         constants.checkpoint_snapshot_bytes_per_ms(),
     );
     let run = |d: &[Option<ParallelConfig>], mode| {
-        simulate_under(&system, &series, interval_ms, d, prices, mode, recovery).unwrap().totals.samples
+        simulate_cadenced(&system, &series, interval_ms, d, prices, mode, recovery).unwrap().totals.samples
     };
-    let oracle = run(&oracle_under(&system, &series, interval_ms, recovery).unwrap(), MigrationMode::Live);
+    let oracle = run(&oracle_cadenced(&system, &series, interval_ms, recovery).unwrap(), MigrationMode::Live);
     let others = shared::other_rows(
         &system,
         &profile,
@@ -171,8 +175,9 @@ fn score(
         .max_by(|a, b| a.0.total_cmp(&b.0))
         .unwrap();
     let mut policy = GuardedLiveput::default();
-    let decisions = drive_native(&mut policy, &series, &system, recovery, interval_ms, HORIZON)
-        .expect("the native policy does not fail on a profiled model");
+    let decisions =
+        drive_native_profiles(&mut policy, &series, |k| system.at(k), recovery, interval_ms, HORIZON)
+            .expect("the native policy does not fail on a profiled model");
     let samples = run(&decisions, MigrationMode::Live);
     let s = &drawn.spec;
     let (of_oracle, best_of_oracle, of_best) =
@@ -208,8 +213,9 @@ fn score(
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: random_shapes FIRST_SEED LAST_SEED [HOURS [INTERVAL_SECONDS]]";
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let cadence = shared::take_cadence(&mut args);
+    let usage = "usage: random_shapes FIRST_SEED LAST_SEED [HOURS [INTERVAL_SECONDS]] [--cadence RULE]";
     let first: u64 = args.first().and_then(|s| s.parse().ok()).expect(usage);
     let last: u64 = args.get(1).and_then(|s| s.parse().ok()).expect(usage);
     let hours: f64 = args.get(2).map_or(24.0, |s| s.parse().expect("HOURS is a number"));
@@ -226,7 +232,7 @@ fn main() {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&seed) = seeds.get(i) else { break };
-                    let scored = score(&draw(seed, hours), interval_ms, &constants, &peer_constants);
+                    let scored = score(&draw(seed, hours), interval_ms, &constants, &peer_constants, cadence);
                     eprintln!("{}", scored.line);
                     results.lock().unwrap().push((seed, scored));
                 }

@@ -26,10 +26,10 @@ use std::path::Path;
 use parcae_policy_core::guard::GuardedLiveput;
 use parcae_policy_core::{ModelProfile, ParallelConfig};
 use parcae_profile::{CostConstants, Profile};
-use parcae_sim::cadence::with_young_daly_cadence;
 use parcae_sim::peers::PeerConstants;
 use parcae_sim::{
-    ArtifactStrategy, MigrationMode, Prices, SimResult, drive_native, oracle_under, simulate_under,
+    ArtifactStrategy, CadenceRule, Cadenced, MigrationMode, Prices, SimResult, drive_native_profiles,
+    oracle_cadenced, simulate_cadenced,
 };
 use parcae_traces::{IntervalSeries, Trace};
 
@@ -71,13 +71,15 @@ impl Rows {
         constants: &CostConstants,
         peer_constants: &PeerConstants,
         notice_s: f64,
+        cadence: CadenceRule,
     ) -> Rows {
         let series: IntervalSeries = trace.series(INTERVAL_MS).expect("the trace has a series");
         let intervals = &series.intervals;
         let recovery = constants.recovery(notice_s * 1000.0).expect("the constants give a recovery");
         // Our rows run at the Young/Daly checkpoint cadence (as `bench`
         // scores them); the peers model their own.
-        let system = with_young_daly_cadence(
+        let system = Cadenced::new(
+            cadence,
             profile,
             intervals,
             INTERVAL_MS,
@@ -86,13 +88,14 @@ impl Rows {
         );
         let samples = |r: &SimResult| r.intervals.iter().map(|i| i.samples).collect::<Vec<f64>>();
         let run = |d: &[Option<ParallelConfig>], mode| {
-            samples(&simulate_under(&system, intervals, INTERVAL_MS, d, PRICES, mode, recovery).unwrap())
+            samples(&simulate_cadenced(&system, intervals, INTERVAL_MS, d, PRICES, mode, recovery).unwrap())
         };
         let oracle =
-            run(&oracle_under(&system, intervals, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
+            run(&oracle_cadenced(&system, intervals, INTERVAL_MS, recovery).unwrap(), MigrationMode::Live);
         let mut default = GuardedLiveput::default();
-        let decisions = drive_native(&mut default, intervals, &system, recovery, INTERVAL_MS, HORIZON)
-            .expect("the native policy does not fail on a profiled model");
+        let decisions =
+            drive_native_profiles(&mut default, intervals, |k| system.at(k), recovery, INTERVAL_MS, HORIZON)
+                .expect("the native policy does not fail on a profiled model");
         let default = run(&decisions, MigrationMode::Live);
         let mut others: Vec<(String, Vec<f64>)> = shared::other_rows(
             &system,
@@ -110,7 +113,7 @@ impl Rows {
         // The artifact's rows that decide without the true future.
         let reference = trace.reference().expect("the artifact's files carry its decisions");
         for strategy in [ArtifactStrategy::ThroughputOpt, ArtifactStrategy::LiveputPredict] {
-            let replay = parcae_sim::artifact(&system, &series, reference, strategy);
+            let replay = parcae_sim::artifact(system.base(), &series, reference, strategy);
             others.push((
                 format!("artifact:{}", strategy.as_str()),
                 run(&replay.decisions, MigrationMode::Live),
@@ -162,6 +165,9 @@ fn load(path: &str) -> Trace {
 }
 
 fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let cadence = shared::take_cadence(&mut args);
+    assert!(args.is_empty(), "usage: segments [--cadence seen-so-far|whole-trace]");
     let (constants, peer_constants) = shared::constants();
     let profiles =
         Profile::load(Path::new("data/profiles/p3-v100-parcae.json")).expect("the p3 profile loads");
@@ -175,11 +181,12 @@ fn main() {
         let profile = profiles.model_profile(model, &constants).expect("the model is profiled");
         let whole = load(&format!("{REFERENCE}/{whole_file}"));
         for notice_s in NOTICES_S {
-            let whole_rows = Rows::of(&whole, &profile, &constants, &peer_constants, notice_s);
+            let whole_rows = Rows::of(&whole, &profile, &constants, &peer_constants, notice_s, cadence);
             for (segment, start) in SEGMENTS {
                 let trace = load(&format!("{REFERENCE}/{model}/trace_{segment}.txt"));
-                let cold =
-                    Score::of(Rows::of(&trace, &profile, &constants, &peer_constants, notice_s).hour(0));
+                let cold = Score::of(
+                    Rows::of(&trace, &profile, &constants, &peer_constants, notice_s, cadence).hour(0),
+                );
                 let in_run = Score::of(whole_rows.hour(start));
                 println!("| {model} | {segment} | {notice_s:.0} | {} | {} |", cold.cells(), in_run.cells());
                 scores.push((model, cold, in_run));

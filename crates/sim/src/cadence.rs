@@ -48,6 +48,26 @@
 //!   or `T + 2 W` (asynchronous), whose half is that rollback
 //!   ([`parcae_policy_core::liveput::lost_work_ms`]).
 
+//!
+//! # Which losses: those seen so far
+//!
+//! `run` knows only the losses it has seen, so by default
+//! ([`CadenceRule::SeenSoFar`], `bench --cadence seen-so-far`) each interval
+//! `k` checkpoints at the cadence of the losses expected over intervals
+//! `0..=k` (its own preemptions have happened when it starts) over the time
+//! elapsed, `M = (k + 1) T / losses`: the profile's cadence before the first,
+//! then shorter as they come. The cadence is rounded to a grid of quarter
+//! octaves below the profile's interval, so a plan's profile changes only when
+//! the cadence moves by a step (a policy told a new profile every interval
+//! would re-price every transition every interval). A rollback takes back
+//! what the cadence of the interval that trained the work left at risk
+//! ([`Cadenced`]; the simulator's `simulate_cadenced`, and the Oracle's plan
+//! over the same profiles, `oracle_cadenced`), and the policies are told each
+//! interval's profile. [`CadenceRule::WholeTrace`] is one cadence from the
+//! whole trace's losses: a figure the first interval would not know, which
+//! told the policy from the start how often the trace would lose a stage
+//! (the tables of earlier rounds were measured under it).
+
 use parcae_policy_core::liveput::transition_distribution_under;
 use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{IntervalStats, ModelProfile, Recovery};
@@ -63,33 +83,215 @@ pub fn with_young_daly_cadence(
     recovery: &Recovery,
     snapshot_bytes_per_ms: Option<f64>,
 ) -> ModelProfile {
-    let mut adjusted = profile.clone();
-    let Some(bytes) = largest_stage_bytes(profile) else {
-        return adjusted;
+    let Some(costs) = CheckpointCosts::of(profile, recovery, snapshot_bytes_per_ms) else {
+        return profile.clone();
     };
-    if recovery.checkpoint_write_bytes_per_ms <= 0.0 {
-        return adjusted;
-    }
-    let write_ms = recovery.checkpoint_write_ms(bytes);
-    let asynchronous = snapshot_bytes_per_ms.filter(|r| r.is_finite() && *r > 0.0);
-    let cost_ms = asynchronous.map_or(write_ms, |rate| bytes as f64 / rate);
     let losses = expected_rollbacks(profile, series, recovery);
-    if losses <= 0.0 || cost_ms <= 0.0 {
-        return adjusted;
+    match costs.cadence(profile, series.len() as f64 * interval_ms as f64, losses) {
+        Some(cadence) => costs.apply(profile, cadence),
+        None => profile.clone(),
     }
-    let mean_between_ms = series.len() as f64 * interval_ms as f64 / losses;
-    let ceiling = profile.checkpoint_interval_ms;
-    let cadence = (2.0 * cost_ms * mean_between_ms).sqrt().max(4.0 * cost_ms).max(write_ms).min(ceiling);
-    if !(cadence.is_finite() && cadence > 0.0) || cadence >= ceiling {
-        return adjusted;
+}
+
+/// What a periodic checkpoint costs a deployment (see the module documentation).
+#[derive(Debug, Clone, Copy)]
+struct CheckpointCosts {
+    /// `W`: writing the largest stage, ms.
+    write_ms: f64,
+    /// `C`: what one checkpoint takes from training, ms.
+    cost_ms: f64,
+    /// Whether the write goes on in the background (after a snapshot).
+    asynchronous: bool,
+}
+
+impl CheckpointCosts {
+    /// `None` without a write rate or stage sizes: the profile's cadence stands.
+    fn of(profile: &ModelProfile, recovery: &Recovery, snapshot_bytes_per_ms: Option<f64>) -> Option<Self> {
+        let bytes = largest_stage_bytes(profile)?;
+        if recovery.checkpoint_write_bytes_per_ms <= 0.0 {
+            return None;
+        }
+        let write_ms = recovery.checkpoint_write_ms(bytes);
+        let snapshot = snapshot_bytes_per_ms.filter(|r| r.is_finite() && *r > 0.0);
+        let cost_ms = snapshot.map_or(write_ms, |rate| bytes as f64 / rate);
+        (cost_ms > 0.0).then_some(CheckpointCosts { write_ms, cost_ms, asynchronous: snapshot.is_some() })
     }
-    adjusted.checkpoint_interval_ms = rollback_interval_ms(cadence, write_ms, asynchronous.is_some());
-    let keep = 1.0 - cost_ms / cadence;
-    for config in &mut adjusted.configs {
-        config.samples_per_second *= keep;
-        config.iteration_ms /= keep;
+
+    /// The Young/Daly cadence for `losses` expected rollbacks over `elapsed_ms`,
+    /// ms; `None` where it is the profile's (no loss, or past its interval).
+    fn cadence(&self, profile: &ModelProfile, elapsed_ms: f64, losses: f64) -> Option<f64> {
+        if losses <= 0.0 {
+            return None;
+        }
+        let mean_between_ms = elapsed_ms / losses;
+        let ceiling = profile.checkpoint_interval_ms;
+        let cadence = (2.0 * self.cost_ms * mean_between_ms)
+            .sqrt()
+            .max(4.0 * self.cost_ms)
+            .max(self.write_ms)
+            .min(ceiling);
+        (cadence.is_finite() && cadence > 0.0 && cadence < ceiling).then_some(cadence)
     }
-    adjusted
+
+    /// `profile` checkpointing every `cadence_ms`: its rollbacks and the
+    /// throughput its checkpoints leave.
+    fn apply(&self, profile: &ModelProfile, cadence_ms: f64) -> ModelProfile {
+        let mut adjusted = profile.clone();
+        adjusted.checkpoint_interval_ms = rollback_interval_ms(cadence_ms, self.write_ms, self.asynchronous);
+        let keep = 1.0 - self.cost_ms / cadence_ms;
+        for config in &mut adjusted.configs {
+            config.samples_per_second *= keep;
+            config.iteration_ms /= keep;
+        }
+        adjusted
+    }
+}
+
+/// Which losses the deployment's checkpoint cadence follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CadenceRule {
+    /// The losses seen so far, as `parcae-host run` sets its own: each
+    /// interval checkpoints at the Young/Daly cadence of the trace up to it
+    /// (the profile's before the first loss), on a grid of quarter octaves so
+    /// that a plan's profile changes only when the cadence moves by a step.
+    #[default]
+    SeenSoFar,
+    /// The whole trace's losses, one cadence throughout: a deployment figure
+    /// that the first interval already knows (the tables of earlier rounds).
+    WholeTrace,
+}
+
+/// Steps per octave of the grid a causal cadence is rounded to.
+const CADENCE_STEPS_PER_OCTAVE: f64 = 4.0;
+
+/// The profiles our rows train under, interval by interval: the checkpoint
+/// cadence of [`CadenceRule`] priced into each (see the module documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cadenced {
+    /// What every transition is priced with and a rollback's ceiling is read
+    /// off: the profile at its own cadence (causal) or at the trace's.
+    base: ModelProfile,
+    /// The distinct profiles of the intervals.
+    profiles: Vec<ModelProfile>,
+    /// Per interval, its entry of `profiles`.
+    at: Vec<usize>,
+}
+
+impl Cadenced {
+    /// `profile` under `rule` for `series` (see [`with_young_daly_cadence`]).
+    pub fn new(
+        rule: CadenceRule,
+        profile: &ModelProfile,
+        series: &[IntervalStats],
+        interval_ms: u64,
+        recovery: &Recovery,
+        snapshot_bytes_per_ms: Option<f64>,
+    ) -> Self {
+        match rule {
+            CadenceRule::WholeTrace => Self::constant(
+                with_young_daly_cadence(profile, series, interval_ms, recovery, snapshot_bytes_per_ms),
+                series.len(),
+            ),
+            CadenceRule::SeenSoFar => {
+                Self::seen_so_far(profile, series, interval_ms, recovery, snapshot_bytes_per_ms)
+            }
+        }
+    }
+
+    /// `profile` in every one of `intervals`.
+    pub fn constant(profile: ModelProfile, intervals: usize) -> Self {
+        Cadenced { base: profile.clone(), profiles: vec![profile], at: vec![0; intervals] }
+    }
+
+    fn seen_so_far(
+        profile: &ModelProfile,
+        series: &[IntervalStats],
+        interval_ms: u64,
+        recovery: &Recovery,
+        snapshot_bytes_per_ms: Option<f64>,
+    ) -> Self {
+        let mut cadenced = Self::constant(profile.clone(), series.len());
+        let Some(costs) = CheckpointCosts::of(profile, recovery, snapshot_bytes_per_ms) else {
+            return cadenced;
+        };
+        let ceiling = profile.checkpoint_interval_ms;
+        let mut steps: Vec<Option<i32>> = vec![None];
+        let mut losses = 0.0;
+        for (k, chance) in rollback_chances(profile, series, recovery).into_iter().enumerate() {
+            losses += chance;
+            let elapsed_ms = (k + 1) as f64 * interval_ms as f64;
+            // Quarter octaves below the profile's interval.
+            let step = costs
+                .cadence(profile, elapsed_ms, losses)
+                .map(|cadence| (CADENCE_STEPS_PER_OCTAVE * (ceiling / cadence).log2()).round() as i32)
+                .filter(|&step| step > 0);
+            let index = match steps.iter().position(|s| *s == step) {
+                Some(index) => index,
+                None => {
+                    let step_down = f64::from(step.unwrap_or(0)) / CADENCE_STEPS_PER_OCTAVE;
+                    let cadence = (ceiling / step_down.exp2()).max(4.0 * costs.cost_ms).max(costs.write_ms);
+                    cadenced.profiles.push(costs.apply(profile, cadence));
+                    steps.push(step);
+                    steps.len() - 1
+                }
+            };
+            cadenced.at[k] = index;
+        }
+        cadenced
+    }
+
+    /// The profile every transition is priced with (the layouts, their
+    /// costs, and the lost work the planner scales per interval).
+    pub fn base(&self) -> &ModelProfile {
+        &self.base
+    }
+
+    /// The profile interval `k` trains under (the base past the last).
+    pub fn at(&self, k: usize) -> &ModelProfile {
+        self.at.get(k).map_or(&self.base, |&i| &self.profiles[i])
+    }
+
+    /// Whether every interval trains under the base (one cadence throughout).
+    pub fn is_constant(&self) -> bool {
+        self.profiles.len() == 1 && self.profiles[0] == self.base
+    }
+
+    /// The planner's speeds for intervals `from..to` (`best_plan_varying`):
+    /// the profile of the interval before `from` (the base before the first),
+    /// then each interval's.
+    pub fn speeds(&self, from: usize, to: usize) -> Vec<&ModelProfile> {
+        let before = if from == 0 { &self.base } else { self.at(from - 1) };
+        std::iter::once(before).chain((from..to).map(|k| self.at(k))).collect()
+    }
+
+    /// The most a rollback can take back: the base's interval at the fastest
+    /// speed of any interval ([`parcae_policy_core::at_risk::ceiling_at`]), as
+    /// the planner caps it.
+    pub fn risk_ceiling(&self) -> f64 {
+        let fastest = self
+            .profiles
+            .iter()
+            .chain(std::iter::once(&self.base))
+            .flat_map(|p| p.configs.iter().map(|c| c.samples_per_second))
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        parcae_policy_core::at_risk::ceiling_at(&self.base, fastest)
+    }
+
+    /// The interval ranges of each distinct cadence, for a note: `(first
+    /// interval, rollback interval ms, share of throughput kept)`, in order.
+    pub fn changes(&self) -> Vec<(usize, f64, f64)> {
+        let mut out: Vec<(usize, f64, f64)> = Vec::new();
+        let mut last = None;
+        for (k, &i) in self.at.iter().enumerate() {
+            if last != Some(i) {
+                let p = &self.profiles[i];
+                out.push((k, p.checkpoint_interval_ms, throughput_kept(&self.base, p)));
+                last = Some(i);
+            }
+        }
+        out
+    }
 }
 
 /// The checkpoint interval whose half is the work a loss rolls back on
@@ -114,29 +316,38 @@ pub fn throughput_kept(before: &ModelProfile, after: &ModelProfile) -> f64 {
 /// before it loses every replica of some stage to the interval's preemptions
 /// and the notice (if any) can neither evacuate that stage nor checkpoint it.
 pub fn expected_rollbacks(profile: &ModelProfile, series: &[IntervalStats], recovery: &Recovery) -> f64 {
+    rollback_chances(profile, series, recovery).into_iter().sum()
+}
+
+/// Per interval of `series`, the chance of a loss that rolls back
+/// ([`expected_rollbacks`]' terms).
+pub fn rollback_chances(profile: &ModelProfile, series: &[IntervalStats], recovery: &Recovery) -> Vec<f64> {
     let mut before = 0u32;
-    let mut expected = 0.0;
-    for stats in series {
-        if stats.preemptions > 0
-            && let Some(layout) = best_config_for(profile, before).map(|c| c.config)
-        {
-            let preempted = stats.preemptions.min(before);
-            let after = best_config_for(profile, stats.instances).map(|c| c.config);
-            if let Ok(dist) = transition_distribution_under(
-                profile,
-                recovery,
-                Some(layout),
-                before,
-                preempted,
-                stats.arrivals,
-                after,
-            ) {
-                expected += dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum::<f64>();
+    series
+        .iter()
+        .map(|stats| {
+            let mut chance = 0.0;
+            if stats.preemptions > 0
+                && let Some(layout) = best_config_for(profile, before).map(|c| c.config)
+            {
+                let preempted = stats.preemptions.min(before);
+                let after = best_config_for(profile, stats.instances).map(|c| c.config);
+                if let Ok(dist) = transition_distribution_under(
+                    profile,
+                    recovery,
+                    Some(layout),
+                    before,
+                    preempted,
+                    stats.arrivals,
+                    after,
+                ) {
+                    chance = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum::<f64>();
+                }
             }
-        }
-        before = stats.instances;
-    }
-    expected
+            before = stats.instances;
+            chance
+        })
+        .collect()
 }
 
 /// Bytes of the largest stage of the profile's deepest partition (`None`

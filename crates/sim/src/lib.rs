@@ -59,10 +59,14 @@ mod planned;
 pub use baselines::{
     ArtifactIssue, ArtifactReplay, ArtifactStrategy, IssueReason, artifact, ideal, ideal_samples, reactive,
 };
-pub use native::drive_native;
+pub use cadence::{CadenceRule, Cadenced};
+pub use native::{drive_native, drive_native_profiles};
 pub use parcae_policy_core::liveput::MigrationMode;
 pub use peers::{Peer, PeerConstants, PeerError, PeerRun, PeerSettings};
-pub use planned::{liveput_truth, liveput_truth_under, oracle, oracle_options, oracle_under, plan_steps};
+pub use planned::{
+    liveput_truth, liveput_truth_cadenced, liveput_truth_under, oracle, oracle_cadenced, oracle_options,
+    oracle_under, plan_steps,
+};
 
 use parcae_policy_core::at_risk;
 use parcae_policy_core::liveput::{self, LiveputError, MigrationKind};
@@ -701,15 +705,52 @@ pub fn simulate_under(
     mode: MigrationMode,
     recovery: Recovery,
 ) -> Result<SimResult, SimError> {
+    let simulator = Simulator::with_recovery(profile, interval_ms, mode, recovery)?;
+    run_simulator(simulator, series, decisions, prices, |_| None)
+}
+
+/// Steps `simulator` through `series` running `decisions` (one per interval),
+/// each interval `k` under `profile_at(k)` when that names one.
+fn run_simulator<'a>(
+    mut simulator: Simulator<'a>,
+    series: &[IntervalStats],
+    decisions: &[Option<ParallelConfig>],
+    prices: Prices,
+    profile_at: impl Fn(usize) -> Option<&'a ModelProfile>,
+) -> Result<SimResult, SimError> {
     if decisions.len() != series.len() {
         return Err(SimError::Length { decisions: decisions.len(), intervals: series.len() });
     }
-    let mut simulator = Simulator::with_recovery(profile, interval_ms, mode, recovery)?;
     let mut records = Vec::with_capacity(series.len());
-    for (stats, &to) in series.iter().zip(decisions) {
+    for (k, (stats, &to)) in series.iter().zip(decisions).enumerate() {
+        if let Some(profile) = profile_at(k) {
+            simulator.set_profile(profile);
+        }
         records.push(simulator.step(*stats, to)?);
     }
-    Ok(summarize(records, interval_ms, prices))
+    Ok(summarize(records, simulator.interval_ms, prices))
+}
+
+/// [`simulate_under`] with each interval trained under its own profile of
+/// `cadenced` (a checkpoint cadence that follows the losses seen so far), a
+/// rollback taking back what the cadence of the interval that trained it left
+/// at risk, as [`oracle_cadenced`] plans. With one cadence throughout, the
+/// same as [`simulate_under`] on it.
+pub fn simulate_cadenced(
+    cadenced: &Cadenced,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    decisions: &[Option<ParallelConfig>],
+    prices: Prices,
+    mode: MigrationMode,
+    recovery: Recovery,
+) -> Result<SimResult, SimError> {
+    if cadenced.is_constant() {
+        return simulate_under(cadenced.base(), series, interval_ms, decisions, prices, mode, recovery);
+    }
+    let mut simulator = Simulator::with_recovery(cadenced.base(), interval_ms, mode, recovery)?;
+    simulator.set_at_risk_ceiling(cadenced.risk_ceiling());
+    run_simulator(simulator, series, decisions, prices, |k| Some(cadenced.at(k)))
 }
 
 /// Totals of per-interval records (in their order, so the sums are reproducible).

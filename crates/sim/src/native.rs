@@ -21,6 +21,20 @@ pub fn drive_native<P: Predictor + Optimizer>(
     interval_ms: u64,
     horizon: u32,
 ) -> Result<Vec<Option<ParallelConfig>>, String> {
+    drive_native_profiles(policy, series, |_| profile, recovery, interval_ms, horizon)
+}
+
+/// [`drive_native`] telling the policy each interval's own profile
+/// (`profile_at(k)` for interval `k`): a checkpoint cadence that follows the
+/// losses seen so far ([`crate::Cadenced::at`]), as `bench` tells it.
+pub fn drive_native_profiles<'p, P: Predictor + Optimizer>(
+    policy: &mut P,
+    series: &[IntervalStats],
+    profile_at: impl Fn(usize) -> &'p ModelProfile,
+    recovery: Recovery,
+    interval_ms: u64,
+    horizon: u32,
+) -> Result<Vec<Option<ParallelConfig>>, String> {
     let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
     let (mut current, mut fleet_min) = (None, u32::MAX);
     let mut decisions = Vec::with_capacity(series.len());
@@ -45,7 +59,7 @@ pub fn drive_native<P: Predictor + Optimizer>(
                 instances_now: observed.instances,
                 current,
                 interval_ms,
-                profile: profile.clone(),
+                profile: profile_at(k).clone(),
                 recovery,
             })
             .map_err(|e| format!("interval {k}: optimize: {e}"))?;

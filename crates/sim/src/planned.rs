@@ -7,6 +7,7 @@ use parcae_policy_core::plan::{self, PlanOptions, Step, TransitionCache};
 use parcae_policy_core::robust::default_terminal_ms;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
+use crate::cadence::Cadenced;
 use crate::{SimError, Simulator};
 
 /// The planner's view of a series: per interval, the instances alive before
@@ -56,6 +57,38 @@ pub fn oracle_under(
     Ok(planned.iter().map(|p| p.config).collect())
 }
 
+/// [`oracle_under`] when each interval trains under its own profile of
+/// `cadenced` (a checkpoint cadence that follows the losses seen so far): the
+/// plan [`crate::simulate_cadenced`] scores highest. With one cadence
+/// throughout, [`oracle_under`] on it.
+pub fn oracle_cadenced(
+    cadenced: &Cadenced,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    recovery: Recovery,
+) -> Result<Vec<Option<ParallelConfig>>, SimError> {
+    if cadenced.is_constant() {
+        return oracle_under(cadenced.base(), series, interval_ms, recovery);
+    }
+    if interval_ms == 0 {
+        return Err(SimError::ZeroInterval);
+    }
+    let mut cache = TransitionCache::default();
+    let speeds = cadenced.speeds(0, series.len());
+    let planned = plan::best_plan_varying(
+        cadenced.base(),
+        &speeds,
+        None,
+        0.0,
+        &plan_steps(series),
+        interval_ms,
+        oracle_options(recovery),
+        &mut cache,
+    )
+    .map_err(|source| SimError::CostModel { interval: 0, source })?;
+    Ok(planned.iter().map(|p| p.config).collect())
+}
+
 /// How the Oracle plans under `recovery`: from a cold start under the
 /// work-at-risk rule (`parcae_policy_core::at_risk`), as every row is scored,
 /// with fronts large enough never to be thinned on the public traces (their
@@ -89,13 +122,43 @@ pub fn liveput_truth_under(
     horizon: usize,
     recovery: Recovery,
 ) -> Result<Vec<Option<ParallelConfig>>, SimError> {
+    let simulator = Simulator::with_recovery(profile, interval_ms, MigrationMode::Live, recovery)?;
+    receding(
+        simulator,
+        series,
+        horizon,
+        |_| None,
+        |window, _, current, carried, options, cache| {
+            plan::best_plan_with(profile, current, carried, window, interval_ms, options, cache)
+        },
+    )
+}
+
+/// The receding-horizon loop of liveput with the true future: at each
+/// interval `k`, `plan` the window of true steps from where `simulator` is
+/// (`plan(window, k, current, carried, options, cache)`), apply the first
+/// step under `profile_at(k)` (when it names one).
+fn receding<'a>(
+    mut simulator: Simulator<'a>,
+    series: &[IntervalStats],
+    horizon: usize,
+    profile_at: impl Fn(usize) -> Option<&'a ModelProfile>,
+    mut plan: impl FnMut(
+        &[Step],
+        usize,
+        Option<ParallelConfig>,
+        f64,
+        PlanOptions,
+        &mut TransitionCache,
+    ) -> Result<Vec<plan::PlannedStep>, parcae_policy_core::liveput::LiveputError>,
+) -> Result<Vec<Option<ParallelConfig>>, SimError> {
     let steps = plan_steps(series);
     let horizon = horizon.max(1);
-    let mut simulator = Simulator::with_recovery(profile, interval_ms, MigrationMode::Live, recovery)?;
     let mut cache = TransitionCache::default();
     let mut decisions = Vec::with_capacity(series.len());
     // The same terminal value as the default policy's planner.
-    let terminal_ms = default_terminal_ms(interval_ms);
+    let terminal_ms = default_terminal_ms(simulator.interval_ms);
+    let recovery = simulator.recovery();
     for (k, stats) in series.iter().enumerate() {
         let window = &steps[k..(k + horizon).min(steps.len())];
         let options = PlanOptions {
@@ -105,19 +168,47 @@ pub fn liveput_truth_under(
             parked: simulator.parked(),
             ..PlanOptions::default()
         };
-        let planned = plan::best_plan_with(
-            profile,
-            simulator.current(),
-            simulator.carried_ms(),
-            window,
-            interval_ms,
-            options,
-            &mut cache,
-        )
-        .map_err(|source| SimError::CostModel { interval: k, source })?;
+        let planned = plan(window, k, simulator.current(), simulator.carried_ms(), options, &mut cache)
+            .map_err(|source| SimError::CostModel { interval: k, source })?;
         let config = planned.first().and_then(|p| p.config);
+        if let Some(profile) = profile_at(k) {
+            simulator.set_profile(profile);
+        }
         simulator.step(*stats, config)?;
         decisions.push(config);
     }
     Ok(decisions)
+}
+
+/// [`liveput_truth_under`] when each interval trains under its own profile of
+/// `cadenced`: each window is planned at the true future's profiles, from
+/// where the simulator scoring it is. With one cadence throughout,
+/// [`liveput_truth_under`] on it.
+pub fn liveput_truth_cadenced(
+    cadenced: &Cadenced,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    horizon: usize,
+    recovery: Recovery,
+) -> Result<Vec<Option<ParallelConfig>>, SimError> {
+    if cadenced.is_constant() {
+        return liveput_truth_under(cadenced.base(), series, interval_ms, horizon, recovery);
+    }
+    let mut simulator =
+        Simulator::with_recovery(cadenced.base(), interval_ms, MigrationMode::Live, recovery)?;
+    simulator.set_at_risk_ceiling(cadenced.risk_ceiling());
+    let profile_at = |k| Some(cadenced.at(k));
+    receding(simulator, series, horizon, profile_at, |window, k, current, carried, options, cache| {
+        let speeds = cadenced.speeds(k, k + window.len());
+        plan::best_plan_varying(
+            cadenced.base(),
+            &speeds,
+            current,
+            carried,
+            window,
+            interval_ms,
+            options,
+            cache,
+        )
+    })
 }

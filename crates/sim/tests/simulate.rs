@@ -11,8 +11,9 @@ use parcae_policy_core::{
     ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, Recovery, StagePartition,
 };
 use parcae_sim::{
-    ArtifactStrategy, IssueReason, MigrationMode, Prices, SimError, Simulator, artifact, ideal,
-    ideal_samples, oracle_options, oracle_under, plan_steps, reactive, simulate, simulate_under,
+    ArtifactStrategy, CadenceRule, Cadenced, IssueReason, MigrationMode, Prices, SimError, Simulator,
+    artifact, ideal, ideal_samples, oracle_cadenced, oracle_options, oracle_under, plan_steps, reactive,
+    simulate, simulate_cadenced, simulate_under,
 };
 use parcae_traces::{IntervalSeries, ReferenceDecision, Strategy};
 
@@ -465,6 +466,21 @@ fn random_series(rng: &mut Lcg, len: usize) -> Vec<IntervalStats> {
 /// The most samples any decision sequence trains on `series`, by scoring
 /// every one that fits.
 fn best_of_every_sequence(profile: &ModelProfile, series: &[IntervalStats], recovery: Recovery) -> f64 {
+    best_of_every_sequence_by(profile, series, |decisions| {
+        simulate_under(profile, series, T, decisions, PRICES, MigrationMode::Live, recovery)
+            .unwrap()
+            .totals
+            .samples
+    })
+}
+
+/// The most `score` gives any decision sequence of `profile`'s layouts that
+/// fits `series`.
+fn best_of_every_sequence_by(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    score: impl Fn(&[Option<ParallelConfig>]) -> f64,
+) -> f64 {
     let choices: Vec<Option<ParallelConfig>> =
         std::iter::once(None).chain(profile.configs.iter().map(|c| Some(c.config))).collect();
     let mut best = f64::NEG_INFINITY;
@@ -484,8 +500,7 @@ fn best_of_every_sequence(profile: &ModelProfile, series: &[IntervalStats], reco
             .zip(series)
             .all(|(d, s)| d.is_none_or(|c| c.instances() <= u64::from(s.instances)));
         if fits {
-            let run = simulate_under(profile, series, T, &decisions, PRICES, MigrationMode::Live, recovery);
-            best = best.max(run.unwrap().totals.samples);
+            best = best.max(score(&decisions));
         }
     }
     best
@@ -537,4 +552,103 @@ fn the_oracle_is_the_best_sequence_under_the_rule() {
     }
     // The random cases do exercise rollbacks.
     assert!(rolled_back >= 5, "only {rolled_back} cases roll back");
+}
+
+/// A checkpoint cadence that follows the losses seen so far gives every
+/// interval its own profile (shorter rollbacks, a share of the throughput for
+/// the checkpoints): the Oracle planned over those profiles is still the best
+/// of every decision sequence, as the simulator scores them.
+#[test]
+fn the_oracle_is_the_best_sequence_when_the_cadence_follows_the_losses() {
+    let profile = toy(5000.0, 600_000.0);
+    // Writes of 10 s, taken synchronously: each loss seen shortens the cadence.
+    let recovery = Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 0.1 };
+    let mut rng = Lcg(61);
+    let (mut varied, mut moved) = (0, 0);
+    for case in 0..40 {
+        let series = random_series(&mut rng, 5);
+        let cadenced = Cadenced::new(CadenceRule::SeenSoFar, &profile, &series, T, &recovery, None);
+        let best = best_of_every_sequence_by(&profile, &series, |decisions| {
+            let run =
+                simulate_cadenced(&cadenced, &series, T, decisions, PRICES, MigrationMode::Live, recovery);
+            run.unwrap().totals.samples
+        });
+        let oracle = oracle_cadenced(&cadenced, &series, T, recovery).unwrap();
+        let scored =
+            simulate_cadenced(&cadenced, &series, T, &oracle, PRICES, MigrationMode::Live, recovery).unwrap();
+        assert!(
+            close(scored.totals.samples, best),
+            "case {case} {series:?}: oracle {} < best {best}",
+            scored.totals.samples
+        );
+        if !cadenced.is_constant() {
+            varied += 1;
+            let at_profile =
+                simulate_under(&profile, &series, T, &oracle, PRICES, MigrationMode::Live, recovery).unwrap();
+            if !close(at_profile.totals.samples, scored.totals.samples) {
+                moved += 1;
+            }
+        }
+    }
+    // The cases do change cadence, and the cadence changes what they train.
+    assert!(varied >= 10 && moved >= 5, "{varied} cases vary the cadence, {moved} score differently");
+}
+
+/// The default policy plans the real job from its work at risk: the guard
+/// carries it from the intervals it scores exactly as the simulator does
+/// (entering each interval, the same number), so a cold start or a likely
+/// rollback is planned as the simulator will score it.
+#[test]
+fn the_default_carries_the_real_jobs_work_at_risk_as_the_simulator_does() {
+    use parcae_policy_core::guard::GuardedLiveput;
+    use parcae_policy_core::{OptimizeRequest, Optimizer, PredictRequest, Predictor};
+    let profile = toy(5000.0, 600_000.0);
+    let mut rng = Lcg(7);
+    let mut below_ceiling = 0;
+    for case in 0..6 {
+        let series = random_series(&mut rng, 80);
+        let mut guard = GuardedLiveput::default();
+        let mut sim =
+            Simulator::with_recovery(&profile, T, MigrationMode::Live, Recovery::UNANNOUNCED).unwrap();
+        let mut current = None;
+        for (k, observed) in series.iter().enumerate() {
+            let predict = PredictRequest {
+                history_by_type: Vec::new(),
+                history: series[..=k].to_vec(),
+                horizon: 3,
+                interval_ms: T,
+                fleet_min: 0,
+                fleet_max: 3,
+            };
+            let mut forecast = vec![*observed];
+            forecast.extend(guard.predict(&predict).unwrap());
+            let plan = guard
+                .optimize(&OptimizeRequest {
+                    instances_now_by_type: Vec::new(),
+                    forecast,
+                    instances_now: observed.instances,
+                    current,
+                    interval_ms: T,
+                    profile: profile.clone(),
+                    recovery: Recovery::UNANNOUNCED,
+                })
+                .unwrap();
+            let (carried, simulated) = (guard.real_at_risk(), sim.at_risk());
+            assert!(
+                close(carried, simulated),
+                "case {case} interval {k}: guard {carried}, simulator {simulated}"
+            );
+            if simulated < parcae_policy_core::at_risk::ceiling(&profile) {
+                below_ceiling += 1;
+            }
+            current = plan
+                .steps
+                .first()
+                .and_then(|s| s.config)
+                .filter(|c| c.instances() <= u64::from(observed.instances));
+            sim.step(*observed, current).unwrap();
+        }
+    }
+    // The series do start, pause and roll back often enough to leave the ceiling.
+    assert!(below_ceiling > 50, "only {below_ceiling} intervals below the ceiling");
 }

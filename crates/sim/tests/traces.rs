@@ -171,34 +171,34 @@ fn bounds_on_the_p3_segments() {
 }
 
 /// The default policy on `file`'s trace, unannounced, at the Young/Daly
-/// checkpoint cadence as `bench` scores it: `(default, best reactive row,
-/// Oracle)` samples.
+/// checkpoint cadence of the losses seen so far, as `bench` scores it:
+/// `(default, best reactive row, Oracle)` samples.
 fn default_unannounced(file: &str, model: &str) -> (f64, f64, f64) {
     use parcae_policy_core::guard::GuardedLiveput;
-    use parcae_sim::cadence::with_young_daly_cadence;
+    use parcae_sim::{CadenceRule, Cadenced, drive_native_profiles, oracle_cadenced, simulate_cadenced};
 
     let series = load(&shared().join(file)).series(T).unwrap().intervals;
     // No notice, and the constants' write rate for the periodic checkpoints.
     let recovery = constants().recovery(0.0).unwrap();
-    let system = with_young_daly_cadence(
+    let system = Cadenced::new(
+        CadenceRule::SeenSoFar,
         &p3(model),
         &series,
         T,
         &recovery,
         constants().checkpoint_snapshot_bytes_per_ms(),
     );
+    assert!(!system.is_constant(), "{file}: no loss shortens the cadence: nothing tested");
     let score = |decisions: &[Option<ParallelConfig>], mode| {
-        simulate_under(&system, &series, T, decisions, PRICES, mode, recovery).unwrap().totals.samples
+        simulate_cadenced(&system, &series, T, decisions, PRICES, mode, recovery).unwrap().totals.samples
     };
-    let oracle = score(&oracle_under(&system, &series, T, recovery).unwrap(), MigrationMode::Live);
-    let reactive_decisions = reactive(&system, &series);
+    let oracle = score(&oracle_cadenced(&system, &series, T, recovery).unwrap(), MigrationMode::Live);
+    let reactive_decisions = reactive(system.base(), &series);
     let best_reactive = score(&reactive_decisions, MigrationMode::Live)
         .max(score(&reactive_decisions, MigrationMode::RestartOnChange));
-    let default = score(
-        &drive_native(&mut GuardedLiveput::default(), &series, &system, recovery, T, 8).unwrap(),
-        MigrationMode::Live,
-    );
-    (default, best_reactive, oracle)
+    let mut default = GuardedLiveput::default();
+    let decisions = drive_native_profiles(&mut default, &series, |k| system.at(k), recovery, T, 8).unwrap();
+    (score(&decisions, MigrationMode::Live), best_reactive, oracle)
 }
 
 /// A notice is never worse than none: with 30 s, too short to write GPT-6.7B's

@@ -457,11 +457,13 @@ pub fn best_plan_scored(
 
 /// [`best_plan_with`] when what each layout trains changes from interval to interval: a
 /// mixed fleet, whose composition of instance types sets every layout's throughput
-/// ([`crate::mixed`]). `profile` lists every layout the plan may use and prices every
-/// transition; `speeds[0]` is the profile `current` ran under (its lost work is valued
-/// at that speed) and `speeds[i + 1]` the one interval `i` trains under: a layout it does
-/// not list, or lists at zero throughput, cannot run there. With every entry `profile`
-/// itself, the plan is [`best_plan_with`]'s, number for number.
+/// ([`crate::mixed`]), or a checkpoint cadence that follows the losses seen so far
+/// (each interval's `checkpoint_interval_ms` and the throughput its checkpoints leave).
+/// `profile` lists every layout the plan may use and prices every transition;
+/// `speeds[0]` is the profile `current` ran under (its lost work is valued at that
+/// speed and cadence) and `speeds[i + 1]` the one interval `i` trains under: a layout
+/// it does not list, or lists at zero throughput, cannot run there. With every entry
+/// `profile` itself, the plan is [`best_plan_with`]'s, number for number.
 #[allow(clippy::too_many_arguments, reason = "best_plan_with's inputs plus the speeds")]
 pub fn best_plan_varying(
     profile: &ModelProfile,
@@ -508,7 +510,7 @@ fn plan(
     if let Some(config) = options.first.filter(|&c| ctx.layouts.iter().all(|l| l.config != c)) {
         return Err(LiveputError::UnknownConfig { config });
     }
-    let rows = speeds.map(|speeds| throughput_rows(&ctx, speeds)).transpose()?;
+    let rows = speeds.map(|speeds| speed_rows(&ctx, speeds)).transpose()?;
     let (store, work) = cache.begin(profile, &options.recovery);
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
     let horizon = Horizon {
@@ -517,16 +519,16 @@ fn plan(
         interval_ms: interval_ms as f64,
         current,
         carried_ms,
-        speeds: rows.as_deref(),
+        speeds: rows.as_ref(),
         terminal_churn: churn.get(steps.len() - 1).map_or(&[][..], Vec::as_slice),
     };
     program::run(&ctx, &horizon, options, store, work)
 }
 
 /// Per profile of `speeds`, the throughput of each of the program's layouts (0 where it
-/// is not listed).
-fn throughput_rows(ctx: &PlanContext<'_>, speeds: &[&ModelProfile]) -> Result<Vec<Vec<f64>>, LiveputError> {
-    speeds
+/// is not listed) and its rollbacks relative to the program's profile.
+fn speed_rows(ctx: &PlanContext<'_>, speeds: &[&ModelProfile]) -> Result<program::Speeds, LiveputError> {
+    let thr = speeds
         .iter()
         .map(|p| {
             ctx.layouts
@@ -544,7 +546,16 @@ fn throughput_rows(ctx: &PlanContext<'_>, speeds: &[&ModelProfile]) -> Result<Ve
                 })
                 .collect()
         })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    let profiled = crate::liveput::lost_work_ms(ctx.profile);
+    let lost_factor = speeds
+        .iter()
+        .map(|p| {
+            let lost = crate::liveput::lost_work_ms(p);
+            if profiled > 0.0 && lost != profiled { lost / profiled } else { 1.0 }
+        })
+        .collect();
+    Ok(program::Speeds { thr, lost_factor })
 }
 
 /// The instances after each step's change; an error for a step that preempts

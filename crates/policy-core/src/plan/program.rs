@@ -94,14 +94,25 @@ pub(super) struct Horizon<'a> {
     pub(super) current: Option<ParallelConfig>,
     /// Migration time still to run before the first interval, ms.
     pub(super) carried_ms: f64,
-    /// When throughput varies between intervals (a mixed fleet): per layout, what it
-    /// trains before the first interval (row 0) and in each interval (row `i + 1`),
-    /// samples/s; 0 where it cannot run. `None`: the profile's throughput throughout.
-    pub(super) speeds: Option<&'a [Vec<f64>]>,
+    /// When throughput or the checkpoint cadence varies between intervals (a mixed
+    /// fleet; a cadence that follows the losses seen so far): see [`Speeds`].
+    /// `None`: the profile's throughout.
+    pub(super) speeds: Option<&'a Speeds>,
     /// The churn of the last interval: with a terminal value, the last layout is
     /// charged for the work this churn's wipes would roll back after the
     /// horizon (empty: nothing).
     pub(super) terminal_churn: &'a [Churn],
+}
+
+/// What each interval trains and rolls back when the profile varies between
+/// intervals: row 0 is the profile before the first interval, row `i + 1`
+/// interval `i`'s.
+pub(super) struct Speeds {
+    /// Per row and layout, samples/s; 0 where it cannot run.
+    pub(super) thr: Vec<Vec<f64>>,
+    /// Per row, the work a rollback of what was trained then loses relative to
+    /// the profile's (the checkpoint cadence of that row over the profile's).
+    pub(super) lost_factor: Vec<f64>,
 }
 
 /// The best plan over `horizon`, one step per interval.
@@ -153,8 +164,8 @@ struct Program<'a> {
     allowed: Option<Vec<bool>>,
     /// The only state the first interval may choose ([`PlanOptions::first`]).
     first: Option<usize>,
-    /// Per-interval throughputs ([`Horizon::speeds`]).
-    speeds: Option<&'a [Vec<f64>]>,
+    /// Per-interval throughputs and rollbacks ([`Horizon::speeds`]).
+    speeds: Option<&'a Speeds>,
     /// The most that can be at risk: the fastest layout's rollback at any
     /// interval's speed ([`crate::at_risk::ceiling`]).
     risk_ceiling: f64,
@@ -216,9 +227,9 @@ impl<'a> Program<'a> {
             speeds: horizon.speeds,
             risk_ceiling: match horizon.speeds {
                 None => crate::at_risk::ceiling(ctx.profile),
-                Some(rows) => crate::at_risk::ceiling_at(
+                Some(speeds) => crate::at_risk::ceiling_at(
                     ctx.profile,
-                    rows.iter().flatten().copied().fold(0.0, f64::max),
+                    speeds.thr.iter().flatten().copied().fold(0.0, f64::max),
                 ),
             },
         }
@@ -227,19 +238,19 @@ impl<'a> Program<'a> {
     /// Throughput of layout `t` in interval `i` (`i = 0` is the first), samples/s.
     fn thr(&self, i: usize, t: usize) -> f64 {
         match self.speeds {
-            Some(rows) => rows[i + 1][t],
+            Some(speeds) => speeds.thr[i + 1][t],
             None => self.ctx.layouts[t].thr,
         }
     }
 
     /// How much of the profile's lost work a restart from layout `f` into interval `i`
-    /// loses: the work was trained at `f`'s speed in the interval before, and the cached
-    /// outcomes value it at the profile's.
+    /// loses: the work was trained at `f`'s speed and checkpoint cadence in the interval
+    /// before, and the cached outcomes value it at the profile's.
     fn lost_scale(&self, i: usize, f: usize) -> f64 {
         match self.speeds {
-            Some(rows) if f != self.pause => {
+            Some(speeds) if f != self.pause => {
                 let profiled = self.ctx.layouts[f].thr;
-                if profiled > 0.0 { rows[i][f] / profiled } else { 0.0 }
+                if profiled > 0.0 { speeds.thr[i][f] / profiled * speeds.lost_factor[i] } else { 0.0 }
             }
             _ => 1.0,
         }
@@ -373,7 +384,7 @@ impl<'a> Program<'a> {
         !pruned
             && (t >= self.pause
                 || (self.ctx.layouts[t].instances <= after
-                    && self.speeds.is_none_or(|rows| rows[i + 1][t] > 0.0)))
+                    && self.speeds.is_none_or(|speeds| speeds.thr[i + 1][t] > 0.0)))
     }
 
     /// The predecessors tried for state `t`: staying first, then `live` in
@@ -596,7 +607,7 @@ impl<'a> Program<'a> {
             return p.value;
         }
         let state = p.state as usize;
-        let last = self.speeds.map_or(0, |rows| rows.len().saturating_sub(2));
+        let last = self.speeds.map_or(0, |speeds| speeds.thr.len().saturating_sub(2));
         let thr = if state < self.pause { self.thr(last, state) } else { 0.0 };
         let remaining = (terminal_ms - p.leftover).max(0.0);
         let penalty = penalties.map_or(0.0, |v| v[state]);

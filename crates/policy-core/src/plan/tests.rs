@@ -1321,7 +1321,8 @@ fn scaled_speeds(profile: &ModelProfile, factors: &[f64]) -> ModelProfile {
 }
 
 /// Best total value by enumerating every plan when interval `i` trains under
-/// `speeds[i + 1]` and a restart loses work at the old layout's speed in `speeds[i]`.
+/// `speeds[i + 1]` and a restart loses work at the old layout's speed and cadence in
+/// `speeds[i]`.
 fn brute_force_varying(
     profile: &ModelProfile,
     speeds: &[&ModelProfile],
@@ -1361,8 +1362,8 @@ fn brute_force_varying(
                 carry,
             )
             .unwrap();
-            // The cost model charged the lost work at `now`'s speed; it was trained at
-            // the speed the old layout had before.
+            // The cost model charged the lost work at `now`'s speed and cadence; it was
+            // trained at the speed and cadence the old layout had before.
             let mut samples = v.expected_samples;
             if let Some(o) = old {
                 let dist = crate::liveput::transition_distribution_under(
@@ -1376,8 +1377,9 @@ fn brute_force_varying(
                 )
                 .unwrap();
                 let p_lost: f64 = dist.outcomes.iter().filter(|x| x.lost_work).map(|x| x.probability).sum();
-                let lost_ms = crate::liveput::lost_work_ms(now);
-                samples += p_lost * lost_ms * (thr(now, o) - thr(speeds[i], o)) / 1000.0;
+                let charged = crate::liveput::lost_work_ms(now) * thr(now, o);
+                let trained = crate::liveput::lost_work_ms(speeds[i]) * thr(speeds[i], o);
+                samples += p_lost * (charged - trained) / 1000.0;
             }
             stack.push((i + 1, to, v.expected_leftover_ms, acc + samples));
         }
@@ -1431,6 +1433,55 @@ fn varying_matches_brute_force() {
         let got = total(&plan);
         assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "case {case}: {got} vs brute force {want}");
     }
+}
+
+/// A checkpoint cadence that changes from interval to interval (one that follows the
+/// losses seen so far: shorter checkpoint intervals, each taking a share of the
+/// throughput) is planned exactly: a rollback loses what the cadence of the interval
+/// that trained it left at risk.
+#[test]
+fn varying_cadence_matches_brute_force() {
+    let mut rng = SplitMix64(9191);
+    let options = PlanOptions::default();
+    let mut differs = 0;
+    for case in 0..150 {
+        let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
+        let speeds: Vec<ModelProfile> = (0..=steps.len())
+            .map(|_| {
+                let keep = [1.0, 0.97, 0.9][rng.below(3) as usize];
+                let mut p = scaled_speeds(&profile, &[keep]);
+                p.checkpoint_interval_ms *= [1.0, 0.5, 0.1, 0.0][rng.below(4) as usize];
+                p
+            })
+            .collect();
+        let refs: Vec<&ModelProfile> = speeds.iter().collect();
+        let mut cache = TransitionCache::default();
+        let plan =
+            best_plan_varying(&profile, &refs, current, carried, &steps, interval_ms, options, &mut cache)
+                .unwrap();
+        let want = brute_force_varying(&profile, &refs, current, carried, &steps, interval_ms);
+        let got = total(&plan);
+        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "case {case}: {got} vs brute force {want}");
+        // The cadence is not ignored: planning at the profile's own cadence misvalues some.
+        let constant = vec![&profile; steps.len() + 1];
+        let at_profile = best_plan_varying(
+            &profile,
+            &constant,
+            current,
+            carried,
+            &steps,
+            interval_ms,
+            options,
+            &mut cache,
+        )
+        .unwrap();
+        let unvaried = brute_force_varying(&profile, &constant, current, carried, &steps, interval_ms);
+        assert!((total(&at_profile) - unvaried).abs() <= 1e-6 * unvaried.abs().max(1.0), "case {case}");
+        if (want - unvaried).abs() > 1e-6 * want.abs().max(1.0) {
+            differs += 1;
+        }
+    }
+    assert!(differs > 30, "only {differs} of 150 cases depend on the cadence");
 }
 
 #[test]

@@ -8,7 +8,9 @@ use std::path::Path;
 use parcae_policy_core::{IntervalStats, ModelProfile, Recovery};
 use parcae_profile::CostConstants;
 use parcae_sim::peers::{self, PeerConstants};
-use parcae_sim::{MigrationMode, Peer, PeerSettings, Prices, SimResult, reactive, simulate_under};
+use parcae_sim::{
+    CadenceRule, Cadenced, MigrationMode, Peer, PeerSettings, Prices, SimResult, reactive, simulate_cadenced,
+};
 
 /// The cost model's constants and the peers' (every peer constant cited and
 /// in range), from `data/profiles/cost-constants.json` and
@@ -22,14 +24,35 @@ pub fn constants() -> (CostConstants, PeerConstants) {
     (constants, peer_constants)
 }
 
+/// Which losses our rows' checkpoint cadence follows, taken out of `args`:
+/// `--cadence seen-so-far` (the default, as `bench`) or `--cadence
+/// whole-trace`; exits with a message on any other value.
+pub fn take_cadence(args: &mut Vec<String>) -> CadenceRule {
+    let Some(i) = args.iter().position(|a| a == "--cadence") else {
+        return CadenceRule::SeenSoFar;
+    };
+    let value = args.get(i + 1).cloned();
+    let rule = match value.as_deref() {
+        Some("seen-so-far") => CadenceRule::SeenSoFar,
+        Some("whole-trace") => CadenceRule::WholeTrace,
+        other => {
+            eprintln!("--cadence: {other:?}: expected seen-so-far or whole-trace");
+            std::process::exit(2);
+        }
+    };
+    args.drain(i..i + 2);
+    rule
+}
+
 /// Every row the default is held against, scored on `series` as `bench`
 /// scores them: reactive with live migrations and with a restart on every
-/// change (both on `system`, the profile at our checkpoint cadence), and the
+/// change (both on `system`, the profiles at our checkpoint cadence), and the
 /// three peers, which model their own recovery on `profile` (a peer that
 /// cannot run the model is left out). `(row name, its simulation)`.
 #[allow(clippy::too_many_arguments, reason = "the case's trace, profiles, deployment and prices")]
+#[allow(dead_code, reason = "lookalike_draws holds the default against reactive alone")]
 pub fn other_rows(
-    system: &ModelProfile,
+    system: &Cadenced,
     profile: &ModelProfile,
     series: &[IntervalStats],
     interval_ms: u64,
@@ -38,8 +61,9 @@ pub fn other_rows(
     notice_ms: f64,
     peer_constants: &PeerConstants,
 ) -> Vec<(String, SimResult)> {
+    let decisions = reactive(system.base(), series);
     let run = |mode| {
-        simulate_under(system, series, interval_ms, &reactive(system, series), prices, mode, recovery)
+        simulate_cadenced(system, series, interval_ms, &decisions, prices, mode, recovery)
             .expect("reactive's layouts are the profile's")
     };
     let mut rows = vec![

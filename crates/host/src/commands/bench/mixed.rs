@@ -146,7 +146,13 @@ pub fn bench_mixed(
         compositions.at_young_daly_cadence(intervals, interval_ms, &recovery, settings.snapshot_bytes_per_ms)
     {
         notes.push(format!(
-            "checkpoints at the Young/Daly cadence for the union fleet, costing {:.1}% of throughput",
+            "checkpoints at the Young/Daly cadence of the union fleet's whole trace{}, costing {:.1}% of \
+             throughput",
+            if settings.cadence == parcae_sim::CadenceRule::SeenSoFar {
+                " (a mixed fleet has no cadence that follows the losses seen so far yet)"
+            } else {
+                ""
+            },
             100.0 * (1.0 - keep)
         ));
     }

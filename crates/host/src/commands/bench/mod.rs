@@ -53,6 +53,7 @@ use crate::embedded::{self, DEFAULT_POLICY, P3_DEFAULT_MODEL, P3_PROFILE, P3_TRA
 use crate::policies::load_policy;
 use crate::progress;
 use crate::record::{write_csv, write_json};
+use parcae_sim::CadenceRule;
 
 /// Arguments of `parcae-host bench`.
 #[derive(Debug, Args)]
@@ -108,6 +109,30 @@ pub struct BenchArgs {
     #[command(flatten)]
     /// The preemption notice every row is scored under.
     pub notice: NoticeArgs,
+    /// Which losses our rows' periodic checkpoint cadence follows: those seen
+    /// so far, as `run` sets its own (the policy is told each interval's), or
+    /// the whole trace's, one cadence that the first interval already knows
+    /// (the earlier tables). A mixed fleet always uses the whole trace's.
+    #[arg(long, value_enum, default_value_t = CadenceArg::SeenSoFar)]
+    pub cadence: CadenceArg,
+}
+
+/// `--cadence`: [`CadenceRule`] on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CadenceArg {
+    /// The Young/Daly cadence of the losses seen up to each interval.
+    SeenSoFar,
+    /// The Young/Daly cadence of the whole trace's losses.
+    WholeTrace,
+}
+
+impl From<CadenceArg> for CadenceRule {
+    fn from(arg: CadenceArg) -> Self {
+        match arg {
+            CadenceArg::SeenSoFar => CadenceRule::SeenSoFar,
+            CadenceArg::WholeTrace => CadenceRule::WholeTrace,
+        }
+    }
 }
 
 /// A file name for a trace's plot that no other trace of the run takes.
@@ -205,6 +230,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         peers,
         peer_runs: args.peer_runs,
         snapshot_bytes_per_ms: constants.checkpoint_snapshot_bytes_per_ms(),
+        cadence: args.cadence.into(),
         ..BenchSettings::new(interval_ms, args.horizon, baselines, prices)
     };
     let runtime = args.sandbox.runtime()?;

@@ -11,13 +11,13 @@ use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_runtime::{GuardedPolicy, PolicyComponent};
 use parcae_sim::peers::BambooSpeed;
 use parcae_sim::{
-    ArtifactReplay, ArtifactStrategy, IssueReason, MigrationMode, Peer, PeerConstants, PeerError,
-    PeerSettings, Prices, SimResult,
+    ArtifactReplay, ArtifactStrategy, CadenceRule, Cadenced, IssueReason, MigrationMode, Peer, PeerConstants,
+    PeerError, PeerSettings, Prices, SimResult,
 };
 use parcae_traces::{IntervalSeries, Trace};
 use serde::Serialize;
 
-use crate::control::{ControlSettings, replay};
+use crate::control::{ControlSettings, replay_profiles};
 use crate::embedded::BUILTIN_PREFIX;
 use crate::policies::PolicySet;
 use crate::record::{PolicyHealth, RowKind};
@@ -85,6 +85,8 @@ pub struct BenchSettings {
     /// Rate of the asynchronous checkpoint snapshot our rows take, bytes per
     /// ms (`None`: periodic checkpoints are priced as synchronous writes).
     pub snapshot_bytes_per_ms: Option<f64>,
+    /// Which losses our rows' checkpoint cadence follows.
+    pub cadence: CadenceRule,
 }
 
 impl BenchSettings {
@@ -99,6 +101,7 @@ impl BenchSettings {
             peer_constants: None,
             peer_runs: 64,
             snapshot_bytes_per_ms: None,
+            cadence: CadenceRule::default(),
         }
     }
 }
@@ -231,9 +234,12 @@ pub fn bench_trace(
     let intervals = &series.intervals;
     let wants = |b: Baseline| settings.baselines.contains(&b);
     // Our system checkpoints at the Young/Daly cadence of the losses the
-    // notice does not cover; every row but Ideal and the peers (which model
-    // their own) runs on that profile, under the same recovery rules.
-    let system = parcae_sim::cadence::with_young_daly_cadence(
+    // notice does not cover (those seen so far, or the whole trace's); every
+    // row but Ideal and the peers (which model their own) trains under it,
+    // under the same recovery rules, and the policies are told each
+    // interval's profile.
+    let system = Cadenced::new(
+        settings.cadence,
         profile,
         intervals,
         interval_ms,
@@ -241,23 +247,11 @@ pub fn bench_trace(
         settings.snapshot_bytes_per_ms,
     );
     let mut notes = Vec::new();
-    if system.checkpoint_interval_ms != profile.checkpoint_interval_ms {
-        let how = if settings.snapshot_bytes_per_ms.is_some() {
-            "snapshotted into memory and written in the background"
-        } else {
-            "written synchronously"
-        };
-        notes.push(format!(
-            "checkpoints {how} (Young/Daly for {:.1} expected losses of a whole stage that the notice \
-             cannot save), \
-             costing {:.1}% of throughput; such a loss rolls back {:.0} s on average",
-            parcae_sim::cadence::expected_rollbacks(profile, intervals, &recovery),
-            100.0 * (1.0 - parcae_sim::cadence::throughput_kept(profile, &system)),
-            parcae_policy_core::liveput::lost_work_ms(&system) / 1000.0,
-        ));
+    if let Some(note) = cadence_note(profile, &system, intervals, &recovery, settings) {
+        notes.push(note);
     }
     let simulate_as = |decisions: &[Option<ParallelConfig>], what: &str, mode: MigrationMode| {
-        parcae_sim::simulate_under(
+        parcae_sim::simulate_cadenced(
             &system,
             intervals,
             interval_ms,
@@ -294,7 +288,7 @@ pub fn bench_trace(
     let mut oracle_samples = None;
     if wants(Baseline::Oracle) {
         step("oracle");
-        let decisions = parcae_sim::oracle_under(&system, intervals, interval_ms, recovery)
+        let decisions = parcae_sim::oracle_cadenced(&system, intervals, interval_ms, recovery)
             .with_context(|| format!("{name}: planning the oracle"))?;
         let result = simulate(&decisions, "the oracle")?;
         oracle_samples = Some(result.totals.samples);
@@ -304,7 +298,7 @@ pub fn bench_trace(
 
     if wants(Baseline::LiveputTruth) {
         step("liveput-truth");
-        let decisions = parcae_sim::liveput_truth_under(
+        let decisions = parcae_sim::liveput_truth_cadenced(
             &system,
             intervals,
             interval_ms,
@@ -318,14 +312,14 @@ pub fn bench_trace(
 
     if wants(Baseline::Reactive) {
         step("reactive");
-        let decisions = parcae_sim::reactive(&system, intervals);
+        let decisions = parcae_sim::reactive(system.base(), intervals);
         rows.push(baseline_row("reactive", simulate(&decisions, "reactive")?));
         progress.inc(1);
     }
 
     if wants(Baseline::ReactiveRestart) {
         step("reactive-restart");
-        let decisions = parcae_sim::reactive(&system, intervals);
+        let decisions = parcae_sim::reactive(system.base(), intervals);
         let result = simulate_as(&decisions, "reactive-restart", MigrationMode::RestartOnChange)?;
         rows.push(baseline_row("reactive-restart", result));
         progress.inc(1);
@@ -336,7 +330,7 @@ pub fn bench_trace(
             Some(reference) => {
                 for strategy in ArtifactStrategy::ALL {
                     step(&format!("artifact:{strategy}"));
-                    let replay = parcae_sim::artifact(&system, &series, reference, strategy);
+                    let replay = parcae_sim::artifact(system.base(), &series, reference, strategy);
                     let health = ArtifactHealth::new(&replay);
                     let result = simulate(&replay.decisions, &format!("artifact:{strategy}"))?;
                     if !health.is_clean() {
@@ -412,11 +406,18 @@ pub fn bench_trace(
         let policy_name = policy.name();
         let mut guarded = policy.guarded();
         let total = intervals.len();
-        let decisions = replay(intervals, &system, &mut guarded, &replay_settings, |d| {
-            if d.interval % 16 == 0 || d.interval + 1 == total {
-                progress.set_message(format!("{name}: {policy_name} {}/{total}", d.interval + 1));
-            }
-        });
+        let decisions = replay_profiles(
+            intervals,
+            |k| system.at(k),
+            &mut guarded,
+            &replay_settings,
+            None,
+            |d| {
+                if d.interval % 16 == 0 || d.interval + 1 == total {
+                    progress.set_message(format!("{name}: {policy_name} {}/{total}", d.interval + 1));
+                }
+            },
+        );
         let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
         let expected: f64 = decisions.iter().map(|d| d.expected_samples).sum();
         let result = simulate(&configs, &policy_name)?;
@@ -446,6 +447,51 @@ pub fn bench_trace(
         oracle_samples,
         notes,
     })
+}
+
+/// What `bench` says of our rows' checkpoint cadence (`None` where it is the
+/// profile's throughout).
+fn cadence_note(
+    profile: &ModelProfile,
+    system: &Cadenced,
+    intervals: &[IntervalStats],
+    recovery: &Recovery,
+    settings: &BenchSettings,
+) -> Option<String> {
+    let how = if settings.snapshot_bytes_per_ms.is_some() {
+        "snapshotted into memory and written in the background"
+    } else {
+        "written synchronously"
+    };
+    let expected = parcae_sim::cadence::expected_rollbacks(profile, intervals, recovery);
+    let lost_s = |p: &ModelProfile| parcae_policy_core::liveput::lost_work_ms(p) / 1000.0;
+    match settings.cadence {
+        CadenceRule::WholeTrace if system.base().checkpoint_interval_ms != profile.checkpoint_interval_ms => {
+            Some(format!(
+                "checkpoints {how} (Young/Daly for the whole trace's {expected:.1} expected losses of a \
+                 whole stage that the notice cannot save), costing {:.1}% of throughput; such a loss \
+                 rolls back {:.0} s on average",
+                100.0 * (1.0 - parcae_sim::cadence::throughput_kept(profile, system.base())),
+                lost_s(system.base()),
+            ))
+        }
+        CadenceRule::SeenSoFar if !system.is_constant() => {
+            let changes = system.changes();
+            let first = changes.iter().find(|c| c.1 != profile.checkpoint_interval_ms).map_or(0, |c| c.0);
+            let kept = changes.iter().map(|c| c.2).fold(1.0, f64::min);
+            let shortest = changes.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+            Some(format!(
+                "checkpoints {how} at the Young/Daly cadence of the losses seen so far ({expected:.1} \
+                 expected losses of a whole stage that the notice cannot save over the trace; the \
+                 profile's cadence until interval {first}, {} changes of cadence): a loss rolls back \
+                 {:.0} s on average at the shortest, checkpoints cost at most {:.1}% of throughput",
+                changes.len().saturating_sub(1),
+                shortest / 2000.0,
+                100.0 * (1.0 - kept),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// The series of a trace's instances as a plain vector (for plots).
