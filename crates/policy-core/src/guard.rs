@@ -83,7 +83,8 @@
 //! the last one. The guard carries the real job's expected work at risk as the
 //! simulator does (from the intervals it scores, one behind), and while it is
 //! below the profile's ceiling (after a cold start, a pause, or a likely
-//! rollback) the planner plans from it ([`crate::plan::PlanOptions::at_risk`]).
+//! rollback) and the notice does not save every stage (some loss can roll
+//! back) the planner plans from it ([`crate::plan::PlanOptions::at_risk`]).
 //! A cold start risks nothing: planned without the rule, a deployment whose
 //! checkpoint cadence is still the profile's 30 minutes (no loss seen yet)
 //! paused its first intervals on the p3 look-alike (GPT-6.7B, unannounced)
@@ -690,8 +691,11 @@ impl Optimizer for GuardedLiveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         self.advance_shadows(request)?;
         // The real job plans from its own work at risk while that is below
-        // the ceiling; the shadows were planned without it.
-        let below = self.settings.plan_at_risk && self.real_at_risk < at_risk::ceiling(&request.profile);
+        // the ceiling and some loss could roll back; the shadows were planned
+        // without it.
+        let below = self.settings.plan_at_risk
+            && self.real_at_risk < at_risk::ceiling(&request.profile)
+            && !request.recovery.saves_every_stage(&request.profile);
         self.planner.optimizer.options.at_risk = below.then_some(self.real_at_risk);
         let plan = self.plan_with(self.leader, request);
         self.planner.optimizer.options.at_risk = None;

@@ -97,6 +97,20 @@ impl Recovery {
         self.announced() && ms <= self.preemption_notice_ms
     }
 
+    /// Whether the notice saves every stage of every layout of `profile` (each
+    /// stage's emergency checkpoint fits in it), so that no loss can roll
+    /// back: the work at risk then costs nothing, and a planner need not
+    /// carry it.
+    pub fn saves_every_stage(&self, profile: &ModelProfile) -> bool {
+        self.announced()
+            && profile.configs.iter().all(|c| {
+                let depth = c.config.pipeline_stages;
+                profile.partitions.iter().find(|p| p.pipeline_stages == depth).is_some_and(|p| {
+                    p.state_bytes_per_stage.iter().all(|&bytes| self.fits(self.checkpoint_write_ms(bytes)))
+                })
+            })
+    }
+
     /// Time to write `bytes` as an emergency checkpoint, ms (infinite when
     /// the deployment cannot write one).
     pub fn checkpoint_write_ms(&self, bytes: u64) -> f64 {
@@ -193,5 +207,21 @@ mod tests {
         assert_eq!(boundaries(&Recovery::UNANNOUNCED, 60_000.0), 0);
         assert_eq!(pause_exposed_boundaries(&profile, &unannounced, ParallelConfig::new(1, 3), 60_000.0), 0);
         assert_eq!(boundaries(&unannounced, 1_000.0), MAX_EXPOSED_BOUNDARIES);
+    }
+
+    #[test]
+    fn a_notice_saves_every_stage_only_when_every_write_fits() {
+        let profile = two_stages();
+        // 1,500 bytes at 1 byte/ms: 1.5 s.
+        let enough = Recovery { preemption_notice_ms: 1_500.0, checkpoint_write_bytes_per_ms: 1.0 };
+        assert!(enough.saves_every_stage(&profile));
+        let short = Recovery { preemption_notice_ms: 1_499.0, ..enough };
+        assert!(!short.saves_every_stage(&profile));
+        assert!(!Recovery { preemption_notice_ms: 0.0, ..enough }.saves_every_stage(&profile));
+        assert!(!Recovery { checkpoint_write_bytes_per_ms: 0.0, ..enough }.saves_every_stage(&profile));
+        // A layout whose depth has no partition has no known stage to save.
+        let mut unknown = profile.clone();
+        unknown.partitions.clear();
+        assert!(!enough.saves_every_stage(&unknown));
     }
 }
