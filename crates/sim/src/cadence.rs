@@ -168,10 +168,10 @@ const CADENCE_STEPS_PER_OCTAVE: f64 = 4.0;
 /// cadence of [`CadenceRule`] priced into each (see the module documentation).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cadenced {
-    /// What every transition is priced with and a rollback's ceiling is read
-    /// off: the profile at its own cadence (causal) or at the trace's.
-    base: ModelProfile,
-    /// The distinct profiles of the intervals.
+    /// The distinct profiles of the intervals. The first is the base, what
+    /// every transition is priced with and a rollback's ceiling is read off:
+    /// the profile at its own cadence (causal) or at the trace's; every other
+    /// one is a shorter cadence of it.
     profiles: Vec<ModelProfile>,
     /// Per interval, its entry of `profiles`.
     at: Vec<usize>,
@@ -200,7 +200,7 @@ impl Cadenced {
 
     /// `profile` in every one of `intervals`.
     pub fn constant(profile: ModelProfile, intervals: usize) -> Self {
-        Cadenced { base: profile.clone(), profiles: vec![profile], at: vec![0; intervals] }
+        Cadenced { profiles: vec![profile], at: vec![0; intervals] }
     }
 
     fn seen_so_far(
@@ -243,24 +243,24 @@ impl Cadenced {
     /// The profile every transition is priced with (the layouts, their
     /// costs, and the lost work the planner scales per interval).
     pub fn base(&self) -> &ModelProfile {
-        &self.base
+        &self.profiles[0]
     }
 
     /// The profile interval `k` trains under (the base past the last).
     pub fn at(&self, k: usize) -> &ModelProfile {
-        self.at.get(k).map_or(&self.base, |&i| &self.profiles[i])
+        &self.profiles[self.at.get(k).copied().unwrap_or(0)]
     }
 
     /// Whether every interval trains under the base (one cadence throughout).
     pub fn is_constant(&self) -> bool {
-        self.profiles.len() == 1 && self.profiles[0] == self.base
+        self.profiles.len() == 1
     }
 
     /// The planner's speeds for intervals `from..to` (`best_plan_varying`):
     /// the profile of the interval before `from` (the base before the first),
     /// then each interval's.
     pub fn speeds(&self, from: usize, to: usize) -> Vec<&ModelProfile> {
-        let before = if from == 0 { &self.base } else { self.at(from - 1) };
+        let before = if from == 0 { self.base() } else { self.at(from - 1) };
         std::iter::once(before).chain((from..to).map(|k| self.at(k))).collect()
     }
 
@@ -271,11 +271,10 @@ impl Cadenced {
         let fastest = self
             .profiles
             .iter()
-            .chain(std::iter::once(&self.base))
             .flat_map(|p| p.configs.iter().map(|c| c.samples_per_second))
             .filter(|v| v.is_finite())
             .fold(0.0, f64::max);
-        parcae_policy_core::at_risk::ceiling_at(&self.base, fastest)
+        parcae_policy_core::at_risk::ceiling_at(self.base(), fastest)
     }
 
     /// The interval ranges of each distinct cadence, for a note: `(first
@@ -286,7 +285,7 @@ impl Cadenced {
         for (k, &i) in self.at.iter().enumerate() {
             if last != Some(i) {
                 let p = &self.profiles[i];
-                out.push((k, p.checkpoint_interval_ms, throughput_kept(&self.base, p)));
+                out.push((k, p.checkpoint_interval_ms, throughput_kept(self.base(), p)));
                 last = Some(i);
             }
         }

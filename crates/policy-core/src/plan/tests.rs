@@ -1404,10 +1404,31 @@ fn varying_with_one_profile_is_bit_identical() {
     }
 }
 
+/// One random case of [`random_case`] planned over `speeds`: the plan, checked
+/// against [`brute_force_varying`] (whose value is returned).
+#[allow(clippy::too_many_arguments, reason = "a random case's parts and its label")]
+fn plan_varying_exactly(
+    profile: &ModelProfile,
+    speeds: &[&ModelProfile],
+    current: Option<ParallelConfig>,
+    carried: f64,
+    steps: &[Step],
+    interval_ms: u64,
+    case: usize,
+) -> (Vec<PlannedStep>, f64) {
+    let mut cache = TransitionCache::default();
+    let options = PlanOptions::default();
+    let plan = best_plan_varying(profile, speeds, current, carried, steps, interval_ms, options, &mut cache)
+        .unwrap();
+    let want = brute_force_varying(profile, speeds, current, carried, steps, interval_ms);
+    let got = total(&plan);
+    assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "case {case}: {got} vs brute force {want}");
+    (plan, want)
+}
+
 #[test]
 fn varying_matches_brute_force() {
     let mut rng = SplitMix64(777);
-    let options = PlanOptions::default();
     let factors = [0.0, 0.5, 1.0, 1.7];
     for case in 0..150 {
         let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
@@ -1419,19 +1440,13 @@ fn varying_matches_brute_force() {
             })
             .collect();
         let refs: Vec<&ModelProfile> = speeds.iter().collect();
-        let mut cache = TransitionCache::default();
-        let plan =
-            best_plan_varying(&profile, &refs, current, carried, &steps, interval_ms, options, &mut cache)
-                .unwrap();
+        let (plan, _) = plan_varying_exactly(&profile, &refs, current, carried, &steps, interval_ms, case);
         // Every chosen layout runs where it is chosen.
         for (i, p) in plan.iter().enumerate() {
             if let Some(c) = p.config {
                 assert!(refs[i + 1].config(c).unwrap().samples_per_second > 0.0, "case {case} step {i}");
             }
         }
-        let want = brute_force_varying(&profile, &refs, current, carried, &steps, interval_ms);
-        let got = total(&plan);
-        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "case {case}: {got} vs brute force {want}");
     }
 }
 
@@ -1442,7 +1457,6 @@ fn varying_matches_brute_force() {
 #[test]
 fn varying_cadence_matches_brute_force() {
     let mut rng = SplitMix64(9191);
-    let options = PlanOptions::default();
     let mut differs = 0;
     for case in 0..150 {
         let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
@@ -1455,28 +1469,11 @@ fn varying_cadence_matches_brute_force() {
             })
             .collect();
         let refs: Vec<&ModelProfile> = speeds.iter().collect();
-        let mut cache = TransitionCache::default();
-        let plan =
-            best_plan_varying(&profile, &refs, current, carried, &steps, interval_ms, options, &mut cache)
-                .unwrap();
-        let want = brute_force_varying(&profile, &refs, current, carried, &steps, interval_ms);
-        let got = total(&plan);
-        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "case {case}: {got} vs brute force {want}");
+        let (_, want) = plan_varying_exactly(&profile, &refs, current, carried, &steps, interval_ms, case);
         // The cadence is not ignored: planning at the profile's own cadence misvalues some.
         let constant = vec![&profile; steps.len() + 1];
-        let at_profile = best_plan_varying(
-            &profile,
-            &constant,
-            current,
-            carried,
-            &steps,
-            interval_ms,
-            options,
-            &mut cache,
-        )
-        .unwrap();
-        let unvaried = brute_force_varying(&profile, &constant, current, carried, &steps, interval_ms);
-        assert!((total(&at_profile) - unvaried).abs() <= 1e-6 * unvaried.abs().max(1.0), "case {case}");
+        let (_, unvaried) =
+            plan_varying_exactly(&profile, &constant, current, carried, &steps, interval_ms, case);
         if (want - unvaried).abs() > 1e-6 * want.abs().max(1.0) {
             differs += 1;
         }
