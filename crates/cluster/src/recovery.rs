@@ -7,12 +7,16 @@
 //! announced ones whose state the notice could not save (neither finished
 //! within it), roll work back, so the periodic cadence is
 //! set from their observed rate alone (Young/Daly: interval = sqrt(2 x
-//! checkpoint cost x mean time between losses)).
+//! checkpoint cost x mean time between losses)). Before the first such loss
+//! the next one is taken as due now, counted by the chance that it rolls back
+//! on the running layout (the cost model's rule, `parcae_sim::cadence`): a
+//! layout whose every stage one loss can take checkpoints as if one had come,
+//! a replicated one keeps [`DEFAULT_CHECKPOINT_STEPS`].
 
 use std::time::Duration;
 
-/// Steps between periodic checkpoints before any unannounced loss was seen
-/// (the cadence `run` always used).
+/// Steps between periodic checkpoints before any loss that rolls back was
+/// seen or could be priced (none could on a replicated layout).
 pub const DEFAULT_CHECKPOINT_STEPS: u64 = 20;
 /// Fewest steps between periodic checkpoints: even a cheap asynchronous
 /// snapshot copies every layer, and a worker writes one checkpoint at a time.
@@ -33,6 +37,10 @@ pub struct LossObservations {
     /// they roll back as an unannounced loss does, so they count the same for
     /// the cadence.
     pub failed_notice_saves: u32,
+    /// The chance that the next loss of a worker rolls back on the running
+    /// layout (the cost model's, under the deployment's notice; 0 when none
+    /// would): counted as a loss until one is seen.
+    pub next_loss_rollback_chance: f64,
     /// Mean wall time one checkpoint blocks training (the snapshot), if any was taken.
     pub checkpoint_cost: Option<Duration>,
     /// Mean wall time of one committed step, if any.
@@ -40,9 +48,10 @@ pub struct LossObservations {
 }
 
 /// Steps between periodic checkpoints: `explicit` when given (`--checkpoint-every`),
-/// else Young/Daly from `seen`, clamped to
-/// [`MIN_CHECKPOINT_STEPS`, `MAX_CHECKPOINT_STEPS`]; [`DEFAULT_CHECKPOINT_STEPS`]
-/// until a loss, a checkpoint and a step were observed.
+/// else Young/Daly from `seen` (its losses, at least the chance that the next
+/// rolls back), clamped to [`MIN_CHECKPOINT_STEPS`, `MAX_CHECKPOINT_STEPS`];
+/// [`DEFAULT_CHECKPOINT_STEPS`] until a checkpoint and a step were observed, or
+/// while no loss was seen and none could roll back.
 pub fn checkpoint_interval_steps(explicit: Option<u64>, seen: &LossObservations) -> u64 {
     if let Some(steps) = explicit {
         return steps.max(1);
@@ -50,11 +59,12 @@ pub fn checkpoint_interval_steps(explicit: Option<u64>, seen: &LossObservations)
     let (Some(cost), Some(step)) = (seen.checkpoint_cost, seen.step_time) else {
         return DEFAULT_CHECKPOINT_STEPS;
     };
-    let losses = seen.unannounced_losses + seen.failed_notice_saves;
-    if losses == 0 || step.is_zero() {
+    let seen_losses = f64::from(seen.unannounced_losses + seen.failed_notice_saves);
+    let losses = seen_losses.max(seen.next_loss_rollback_chance);
+    if losses <= 0.0 || step.is_zero() {
         return DEFAULT_CHECKPOINT_STEPS;
     }
-    let mtbf = seen.elapsed.as_secs_f64() / f64::from(losses);
+    let mtbf = seen.elapsed.as_secs_f64() / losses;
     let interval = (2.0 * cost.as_secs_f64() * mtbf).sqrt();
     let steps = (interval / step.as_secs_f64()).round();
     (steps as u64).clamp(MIN_CHECKPOINT_STEPS, MAX_CHECKPOINT_STEPS)
@@ -98,6 +108,7 @@ mod tests {
             elapsed: Duration::from_secs(elapsed_s),
             unannounced_losses: losses,
             failed_notice_saves: 0,
+            next_loss_rollback_chance: 0.0,
             checkpoint_cost: Some(Duration::from_millis(cost_ms)),
             step_time: Some(Duration::from_millis(step_ms)),
         }
@@ -114,6 +125,26 @@ mod tests {
         assert_eq!(checkpoint_interval_steps(None, &seen(4, 400, 500, 200)), 50);
         assert_eq!(checkpoint_interval_steps(None, &seen(50, 10, 1, 200)), MIN_CHECKPOINT_STEPS);
         assert_eq!(checkpoint_interval_steps(None, &seen(1, 100_000, 5_000, 10)), MAX_CHECKPOINT_STEPS);
+    }
+
+    #[test]
+    fn before_the_first_loss_the_next_counts_by_its_chance_to_roll_back() {
+        // No loss in 400 s, but the next takes a whole stage with chance 1/4: M = 1600 s,
+        // sqrt(2 * 0.5 * 1600) = 40 s = 200 steps of 0.2 s.
+        let exposed = LossObservations { next_loss_rollback_chance: 0.25, ..seen(0, 400, 500, 200) };
+        assert_eq!(checkpoint_interval_steps(None, &exposed), 200);
+        // Every loss would: M = 400 s, as after one loss.
+        let bare = LossObservations { next_loss_rollback_chance: 1.0, ..seen(0, 400, 500, 200) };
+        assert_eq!(
+            checkpoint_interval_steps(None, &bare),
+            checkpoint_interval_steps(None, &seen(1, 400, 500, 200))
+        );
+        // Early in the run the cadence is short; it lengthens as the run goes on without one.
+        let early = LossObservations { next_loss_rollback_chance: 1.0, ..seen(0, 10, 500, 200) };
+        assert!(checkpoint_interval_steps(None, &early) < checkpoint_interval_steps(None, &bare));
+        // Seen losses count once they outnumber the chance.
+        let seen_two = LossObservations { next_loss_rollback_chance: 0.25, ..seen(4, 400, 500, 200) };
+        assert_eq!(checkpoint_interval_steps(None, &seen_two), 50);
     }
 
     #[test]

@@ -55,8 +55,25 @@
 //! ([`CadenceRule::SeenSoFar`], `bench --cadence seen-so-far`) each interval
 //! `k` checkpoints at the cadence of the losses expected over intervals
 //! `0..=k` (its own preemptions have happened when it starts) over the time
-//! elapsed, `M = (k + 1) T / losses`: the profile's cadence before the first,
-//! then shorter as they come. The cadence is rounded to a grid of quarter
+//! elapsed, `M = (k + 1) T / losses`, shorter as they come.
+//!
+//! Before the first loss there is no rate to go on, and the profile's 30
+//! minutes (an MTBF of two days for GPT-6.7B's 9.5 s snapshot) left every cold
+//! start exposed: on the g4dn look-alike, GPT-6.7B unannounced, the first loss
+//! came at minute 16 and rolled back everything trained, which only the
+//! Oracle, pausing the minute before, avoided (0.5% of its samples). So the
+//! count is at least the chance that the *next* preemption rolls back, as if
+//! it were due now ([`next_preemption_chances`]: for the throughput-optimal
+//! layout of the fleet, under the notice): having run `t` without one, a
+//! preemption within another `t` is taken as likely as not, the scale-free
+//! guess, and the estimate the first loss will give, so the cadence grows as
+//! `sqrt(t)` from a cold start and meets the observed one without a jump. A
+//! replicated layout (no single preemption takes a whole stage) or a notice
+//! that saves every stage counts nothing and keeps the profile's cadence, as
+//! before; `run` keeps the same rule on its own layout
+//! (`parcae_cluster::recovery::checkpoint_interval_steps`).
+//!
+//! The cadence is rounded to a grid of quarter
 //! octaves below the profile's interval, so a plan's profile changes only when
 //! the cadence moves by a step (a policy told a new profile every interval
 //! would re-price every transition every interval). A rollback takes back
@@ -70,7 +87,7 @@
 
 use parcae_policy_core::liveput::transition_distribution_under;
 use parcae_policy_core::reactive::best_config_for;
-use parcae_policy_core::{IntervalStats, ModelProfile, Recovery};
+use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
 /// The profile's checkpoint cadence and throughputs adjusted to the Young/Daly
 /// interval for `series` under `recovery`, for checkpoints snapshotted at
@@ -152,7 +169,8 @@ impl CheckpointCosts {
 pub enum CadenceRule {
     /// The losses seen so far, as `parcae-host run` sets its own: each
     /// interval checkpoints at the Young/Daly cadence of the trace up to it
-    /// (the profile's before the first loss), on a grid of quarter octaves so
+    /// (counting at least the chance that the next preemption rolls back, as
+    /// if due now), on a grid of quarter octaves so
     /// that a plan's profile changes only when the cadence moves by a step.
     #[default]
     SeenSoFar,
@@ -217,12 +235,13 @@ impl Cadenced {
         let ceiling = profile.checkpoint_interval_ms;
         let mut steps: Vec<Option<i32>> = vec![None];
         let mut losses = 0.0;
+        let due = next_preemption_chances(profile, series, recovery);
         for (k, chance) in rollback_chances(profile, series, recovery).into_iter().enumerate() {
             losses += chance;
             let elapsed_ms = (k + 1) as f64 * interval_ms as f64;
             // Quarter octaves below the profile's interval.
             let step = costs
-                .cadence(profile, elapsed_ms, losses)
+                .cadence(profile, elapsed_ms, losses.max(due[k]))
                 .map(|cadence| (CADENCE_STEPS_PER_OCTAVE * (ceiling / cadence).log2()).round() as i32)
                 .filter(|&step| step > 0);
             let index = match steps.iter().position(|s| *s == step) {
@@ -349,6 +368,45 @@ pub fn rollback_chances(profile: &ModelProfile, series: &[IntervalStats], recove
         .collect()
 }
 
+/// Per interval of `series`, the chance that one preemption of the fleet it
+/// ends with rolls back ([`next_preemption_rollback_chance`] of that fleet's
+/// throughput-optimal layout): the losses a cadence counts at least, the next
+/// preemption taken as due now.
+pub fn next_preemption_chances(
+    profile: &ModelProfile,
+    series: &[IntervalStats],
+    recovery: &Recovery,
+) -> Vec<f64> {
+    let mut by_fleet = std::collections::HashMap::new();
+    series
+        .iter()
+        .map(|stats| {
+            *by_fleet.entry(stats.instances).or_insert_with(|| {
+                best_config_for(profile, stats.instances).map_or(0.0, |best| {
+                    next_preemption_rollback_chance(profile, recovery, best.config, stats.instances)
+                })
+            })
+        })
+        .collect()
+}
+
+/// The chance that one preemption of a fleet of `fleet` instances running
+/// `layout` rolls back under `recovery`: it takes every replica of some stage
+/// and the notice (if any) can neither evacuate that stage nor checkpoint it.
+/// 0 for a replicated layout, or where the notice saves every stage; 0 too
+/// where the cost model cannot price it.
+pub fn next_preemption_rollback_chance(
+    profile: &ModelProfile,
+    recovery: &Recovery,
+    layout: ParallelConfig,
+    fleet: u32,
+) -> f64 {
+    let after = best_config_for(profile, fleet.saturating_sub(1)).map(|c| c.config);
+    transition_distribution_under(profile, recovery, Some(layout), fleet, 1, 0, after)
+        .map(|dist| dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum())
+        .unwrap_or(0.0)
+}
+
 /// Bytes of the largest stage of the profile's deepest partition (`None`
 /// without partitions).
 fn largest_stage_bytes(profile: &ModelProfile) -> Option<u64> {
@@ -434,6 +492,66 @@ mod tests {
         // A snapshot never checkpoints faster than one write takes.
         let fast = with_young_daly_cadence(&profile(), &churning(600, 2), 60_000, &recovery, Some(1e9));
         assert!((fast.checkpoint_interval_ms - (2_000.0 + 2.0 * 2_000.0)).abs() < 1e-6);
+    }
+
+    /// [`profile`] with one layout, 1x2: every stage has a single holder.
+    fn unreplicated() -> ModelProfile {
+        let mut profile = profile();
+        profile.configs[0].config = ParallelConfig::new(1, 2);
+        profile
+    }
+
+    fn calm(instances: u32, n: usize) -> Vec<IntervalStats> {
+        (0..n)
+            .map(|k| IntervalStats {
+                instances,
+                arrivals: if k == 0 { instances } else { 0 },
+                preemptions: 0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_next_preemption_rolls_back_only_where_one_loss_takes_a_whole_stage() {
+        let unannounced = Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 1_000.0 };
+        let one_by_two = ParallelConfig::new(1, 2);
+        let chance = |profile: &ModelProfile, recovery: &Recovery, layout, fleet| {
+            next_preemption_rollback_chance(profile, recovery, layout, fleet)
+        };
+        // Both instances hold a stage; of four, half do.
+        assert!((chance(&unreplicated(), &unannounced, one_by_two, 2) - 1.0).abs() < 1e-12);
+        assert!((chance(&unreplicated(), &unannounced, one_by_two, 4) - 0.5).abs() < 1e-12);
+        // Two replicas of each stage: one loss takes none.
+        assert_eq!(chance(&profile(), &unannounced, ParallelConfig::new(2, 2), 4), 0.0);
+        // A notice long enough to write the larger stage (2 s) saves it.
+        let noticed = Recovery { preemption_notice_ms: 2_000.0, ..unannounced };
+        assert_eq!(chance(&unreplicated(), &noticed, one_by_two, 2), 0.0);
+    }
+
+    #[test]
+    fn before_the_first_loss_an_exposed_layout_checkpoints_as_if_one_were_due() {
+        let unannounced = Recovery { preemption_notice_ms: 0.0, checkpoint_write_bytes_per_ms: 1_000.0 };
+        let series = calm(2, 600);
+        let cadenced =
+            Cadenced::new(CadenceRule::SeenSoFar, &unreplicated(), &series, 60_000, &unannounced, None);
+        let interval = |k: usize| cadenced.at(k).checkpoint_interval_ms;
+        // C = 2 s; after 600 calm minutes Young/Daly on M = 600 min is about 6.3 minutes,
+        // on the quarter-octave grid below the profile's 30.
+        let young_daly = (2.0f64 * 2_000.0 * 600.0 * 60_000.0).sqrt();
+        assert!((interval(599) / young_daly).log2().abs() <= 0.125 + 1e-9, "{}", interval(599));
+        // Shorter at the start, longer as the run goes on without a loss; never longer than
+        // the profile's.
+        assert!(interval(0) < interval(60) && interval(60) < interval(599), "{:?}", cadenced.changes());
+        assert!((0..600).all(|k| interval(k) <= unreplicated().checkpoint_interval_ms));
+        // A replicated layout, or a notice that saves every stage, keeps the profile's.
+        let replicated =
+            Cadenced::new(CadenceRule::SeenSoFar, &profile(), &calm(4, 600), 60_000, &unannounced, None);
+        assert!(replicated.is_constant());
+        let noticed = Recovery { preemption_notice_ms: 2_000.0, ..unannounced };
+        assert!(
+            Cadenced::new(CadenceRule::SeenSoFar, &unreplicated(), &series, 60_000, &noticed, None)
+                .is_constant()
+        );
     }
 
     #[test]

@@ -55,7 +55,8 @@ pub struct RunArgs {
     pub spec: Option<PathBuf>,
     /// Take a periodic checkpoint every N committed steps (default: a Young/Daly
     /// cadence from the observed rate of losses that roll back: unannounced ones and
-    /// notices too short to save the state; 20 steps before the first).
+    /// notices too short to save the state; before the first, the next counted by the
+    /// chance it rolls back on the running layout, and 20 steps where it cannot).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
     /// Stop after N committed steps.

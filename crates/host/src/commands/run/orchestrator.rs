@@ -142,9 +142,12 @@ fn mean(v: &[Duration]) -> Option<Duration> {
 }
 
 impl Recovery {
-    fn observations(&self, elapsed: Duration) -> LossObservations {
+    /// What was observed by `elapsed`, the next loss rolling back with chance
+    /// `next_loss_rollback_chance` ([`next_loss_rollback_chance`]).
+    fn observations(&self, elapsed: Duration, next_loss_rollback_chance: f64) -> LossObservations {
         LossObservations {
             elapsed,
+            next_loss_rollback_chance,
             unannounced_losses: self.unannounced.len() as u32,
             failed_notice_saves: self.failed_notice_saves,
             checkpoint_cost: mean(&self.checkpoint_waits),
@@ -252,7 +255,13 @@ pub async fn run_job(
                     Layout::new(&settings.spec, c.data_parallel as usize, c.pipeline_stages as usize).ok()
                 });
             }
-            update_cadence(settings, &mut recovery, clock(), log);
+            update_cadence(
+                settings,
+                &mut recovery,
+                clock(),
+                (job.layout.as_ref(), fleet.available().len()),
+                log,
+            );
         }
     }
     let mut failures_in_a_row = 0u32;
@@ -379,7 +388,7 @@ pub async fn run_job(
                 discard_checkpoint(settings, &job, &p.checkpoint.prefix).await;
             }
         }
-        update_cadence(settings, &mut recovery, clock(), log);
+        update_cadence(settings, &mut recovery, clock(), (job.layout.as_ref(), fleet.available().len()), log);
 
         // 4. An interval boundary: observe, forecast, plan. Between boundaries a
         //    change of the fleet (a join, a notice, a loss) re-plans the interval
@@ -546,9 +555,17 @@ fn progress_of(job: &JobState, recovery: &Recovery) -> Progress {
     }
 }
 
-/// Re-derives the periodic cadence from what was observed; logs a change.
-fn update_cadence(settings: &RunSettings, recovery: &mut Recovery, elapsed: Duration, log: &mut RunLog) {
-    let every = checkpoint_interval_steps(settings.checkpoint_every, &recovery.observations(elapsed));
+/// Re-derives the periodic cadence from what was observed and the running
+/// `layout` on `workers` alive; logs a change.
+fn update_cadence(
+    settings: &RunSettings,
+    recovery: &mut Recovery,
+    elapsed: Duration,
+    (layout, workers): (Option<&Layout>, usize),
+    log: &mut RunLog,
+) {
+    let chance = next_loss_rollback_chance(settings, layout, workers);
+    let every = checkpoint_interval_steps(settings.checkpoint_every, &recovery.observations(elapsed, chance));
     if every != recovery.cadence {
         recovery.cadence = every;
         info!(every_steps = every, "periodic checkpoint cadence changed");
@@ -558,6 +575,22 @@ fn update_cadence(settings: &RunSettings, recovery: &mut Recovery, elapsed: Dura
             failed_notice_saves: recovery.failed_notice_saves,
         });
     }
+}
+
+/// The chance that the next loss of one of `workers` rolls back on `layout`, by the
+/// cost model the policy is told (the profile under the deployment's notice and write
+/// rate; `parcae_sim::cadence`, whose seen-so-far cadence counts it the same way): 0
+/// while paused or where one loss can take no whole stage, or the notice saves it.
+fn next_loss_rollback_chance(settings: &RunSettings, layout: Option<&Layout>, workers: usize) -> f64 {
+    let Some(layout) = layout else { return 0.0 };
+    let config = ParallelConfig::new(layout.data_parallel as u32, layout.pipeline_stages as u32);
+    let fleet = u32::try_from(workers).unwrap_or(u32::MAX).max(config.instances() as u32);
+    parcae_sim::cadence::next_preemption_rollback_chance(
+        &settings.profile,
+        &settings.control().recovery,
+        config,
+        fleet,
+    )
 }
 
 struct Decision {
@@ -579,7 +612,7 @@ fn told_checkpoint_interval_ms(
     told_cadence::checkpoint_interval_ms(
         &settings.profile,
         recovery.cadence,
-        recovery.observations(elapsed).step_time.map(ms),
+        recovery.observations(elapsed, 0.0).step_time.map(ms),
         mean(&recovery.checkpoint_writes).map(ms),
         instances_now,
     )
