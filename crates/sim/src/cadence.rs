@@ -58,7 +58,7 @@
 //! elapsed, `M = (k + 1) T / losses`, shorter as they come.
 //!
 //! Before the first loss there is no rate to go on, and the profile's 30
-//! minutes (an MTBF of two days for GPT-6.7B's 9.5 s snapshot) left every cold
+//! minutes (an MTBF of 15 days for GPT-6.7B's 1.3 s snapshot) left every cold
 //! start exposed: on the g4dn look-alike, GPT-6.7B unannounced, the first loss
 //! came at minute 16 and rolled back everything trained, which only the
 //! Oracle, pausing the minute before, avoided (0.5% of its samples). So the
