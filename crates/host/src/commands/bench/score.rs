@@ -480,10 +480,17 @@ fn cadence_note(
             let first = changes.iter().find(|c| c.1 != profile.checkpoint_interval_ms).map_or(0, |c| c.0);
             let kept = changes.iter().map(|c| c.2).fold(1.0, f64::min);
             let shortest = changes.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+            let start = if first == 0 {
+                "shorter than the profile's from the start, the next preemption counted as due \
+                 before the first loss"
+                    .to_string()
+            } else {
+                format!("the profile's cadence until interval {first}")
+            };
             Some(format!(
                 "checkpoints {how} at the Young/Daly cadence of the losses seen so far ({expected:.1} \
-                 expected losses of a whole stage that the notice cannot save over the trace; the \
-                 profile's cadence until interval {first}, {} changes of cadence): a loss rolls back \
+                 expected losses of a whole stage that the notice cannot save over the trace; \
+                 {start}, {} changes of cadence): a loss rolls back \
                  {:.0} s on average at the shortest, checkpoints cost at most {:.1}% of throughput",
                 changes.len().saturating_sub(1),
                 shortest / 2000.0,
