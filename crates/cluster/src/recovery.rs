@@ -39,12 +39,21 @@ pub struct LossObservations {
     pub failed_notice_saves: u32,
     /// The chance that the next loss of a worker rolls back on the running
     /// layout (the cost model's, under the deployment's notice; 0 when none
-    /// would): counted as a loss until one is seen.
+    /// would): counted as a loss until one is seen (so only
+    /// [`Self::awaits_first_loss`] needs it priced).
     pub next_loss_rollback_chance: f64,
     /// Mean wall time one checkpoint blocks training (the snapshot), if any was taken.
     pub checkpoint_cost: Option<Duration>,
     /// Mean wall time of one committed step, if any.
     pub step_time: Option<Duration>,
+}
+
+impl LossObservations {
+    /// No loss that rolls back was seen yet: the only time the next one's
+    /// chance counts (it is at most 1, one seen loss).
+    pub fn awaits_first_loss(&self) -> bool {
+        self.unannounced_losses == 0 && self.failed_notice_saves == 0
+    }
 }
 
 /// Steps between periodic checkpoints: `explicit` when given (`--checkpoint-every`),
@@ -142,6 +151,7 @@ mod tests {
         // Early in the run the cadence is short; it lengthens as the run goes on without one.
         let early = LossObservations { next_loss_rollback_chance: 1.0, ..seen(0, 10, 500, 200) };
         assert!(checkpoint_interval_steps(None, &early) < checkpoint_interval_steps(None, &bare));
+        assert!(bare.awaits_first_loss() && !seen(1, 400, 500, 200).awaits_first_loss());
         // Seen losses count once they outnumber the chance.
         let seen_two = LossObservations { next_loss_rollback_chance: 0.25, ..seen(4, 400, 500, 200) };
         assert_eq!(checkpoint_interval_steps(None, &seen_two), 50);

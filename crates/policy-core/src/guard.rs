@@ -642,7 +642,7 @@ impl GuardedLiveput {
         )?;
         let value =
             liveput_over(&pending.profile, pending.from, to, &dist, interval_ms, self.real.carried_ms)?;
-        let p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
+        let p_reset = dist.p_lost_work();
         let gross = value.expected_samples + p_reset * lost_samples(&pending.profile, pending.from, &dist)?;
         // Never below 0 (rounding), which the planner would refuse.
         self.real_at_risk =

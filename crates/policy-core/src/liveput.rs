@@ -404,6 +404,12 @@ impl TransitionDistribution {
         }
     }
 
+    /// The chance that the work since the last checkpoint is lost
+    /// ([`Expected::p_lost_work`] alone, without the other means).
+    pub fn p_lost_work(&self) -> f64 {
+        self.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum()
+    }
+
     /// Means and probabilities of the distribution.
     pub fn expected(&self) -> Expected {
         let mut e = Expected { mean_bytes: self.mean_bytes, ..Expected::default() };

@@ -344,24 +344,12 @@ pub fn rollback_chances(profile: &ModelProfile, series: &[IntervalStats], recove
     series
         .iter()
         .map(|stats| {
-            let mut chance = 0.0;
-            if stats.preemptions > 0
-                && let Some(layout) = best_config_for(profile, before).map(|c| c.config)
-            {
-                let preempted = stats.preemptions.min(before);
+            let best = (stats.preemptions > 0).then(|| best_config_for(profile, before)).flatten();
+            let chance = best.map_or(0.0, |best| {
+                let preempted = Preempted { count: stats.preemptions.min(before), arrivals: stats.arrivals };
                 let after = best_config_for(profile, stats.instances).map(|c| c.config);
-                if let Ok(dist) = transition_distribution_under(
-                    profile,
-                    recovery,
-                    Some(layout),
-                    before,
-                    preempted,
-                    stats.arrivals,
-                    after,
-                ) {
-                    chance = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum::<f64>();
-                }
-            }
+                rollback_chance(profile, recovery, best.config, before, preempted, after)
+            });
             before = stats.instances;
             chance
         })
@@ -402,9 +390,36 @@ pub fn next_preemption_rollback_chance(
     fleet: u32,
 ) -> f64 {
     let after = best_config_for(profile, fleet.saturating_sub(1)).map(|c| c.config);
-    transition_distribution_under(profile, recovery, Some(layout), fleet, 1, 0, after)
-        .map(|dist| dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum())
-        .unwrap_or(0.0)
+    rollback_chance(profile, recovery, layout, fleet, Preempted { count: 1, arrivals: 0 }, after)
+}
+
+/// What an interval takes from and brings to a fleet.
+#[derive(Debug, Clone, Copy)]
+struct Preempted {
+    count: u32,
+    arrivals: u32,
+}
+
+/// The chance that `layout` on `fleet` instances loses work to `preempted`
+/// (moving to `after`) under `recovery`; 0 where the cost model cannot price it.
+fn rollback_chance(
+    profile: &ModelProfile,
+    recovery: &Recovery,
+    layout: ParallelConfig,
+    fleet: u32,
+    preempted: Preempted,
+    after: Option<ParallelConfig>,
+) -> f64 {
+    transition_distribution_under(
+        profile,
+        recovery,
+        Some(layout),
+        fleet,
+        preempted.count,
+        preempted.arrivals,
+        after,
+    )
+    .map_or(0.0, |dist| dist.p_lost_work())
 }
 
 /// Bytes of the largest stage of the profile's deepest partition (`None`

@@ -574,7 +574,7 @@ impl<'a> Simulator<'a> {
         // Samples are linear in the work rolled back.
         value.expected_samples += charged - lost;
         let gross = value.expected_samples + lost;
-        let mut p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
+        let mut p_reset = dist.p_lost_work();
         let mut lost = lost;
         if let Some(parked) = self.parked {
             let (parked_lost, parked_reset) = self.exposure(parked, &stats).map_err(cost)?;
@@ -648,7 +648,7 @@ impl<'a> Simulator<'a> {
             stats.arrivals,
             None,
         )?;
-        let p_reset: f64 = dist.outcomes.iter().filter(|o| o.lost_work).map(|o| o.probability).sum();
+        let p_reset = dist.p_lost_work();
         let per_rollback = liveput::lost_samples(parked.trained_under, Some(layout), &dist)?;
         Ok((at_risk::rolled_back(per_rollback, self.at_risk) * p_reset, p_reset))
     }

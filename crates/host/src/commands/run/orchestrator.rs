@@ -142,12 +142,12 @@ fn mean(v: &[Duration]) -> Option<Duration> {
 }
 
 impl Recovery {
-    /// What was observed by `elapsed`, the next loss rolling back with chance
-    /// `next_loss_rollback_chance` ([`next_loss_rollback_chance`]).
-    fn observations(&self, elapsed: Duration, next_loss_rollback_chance: f64) -> LossObservations {
+    /// What was observed by `elapsed` (the next loss's chance left at 0: see
+    /// [`update_cadence`]).
+    fn observations(&self, elapsed: Duration) -> LossObservations {
         LossObservations {
             elapsed,
-            next_loss_rollback_chance,
+            next_loss_rollback_chance: 0.0,
             unannounced_losses: self.unannounced.len() as u32,
             failed_notice_saves: self.failed_notice_saves,
             checkpoint_cost: mean(&self.checkpoint_waits),
@@ -564,8 +564,12 @@ fn update_cadence(
     (layout, workers): (Option<&Layout>, usize),
     log: &mut RunLog,
 ) {
-    let chance = next_loss_rollback_chance(settings, layout, workers);
-    let every = checkpoint_interval_steps(settings.checkpoint_every, &recovery.observations(elapsed, chance));
+    let mut seen = recovery.observations(elapsed);
+    // Priced only while it can count: no fixed cadence, no loss seen yet.
+    if settings.checkpoint_every.is_none() && seen.awaits_first_loss() {
+        seen.next_loss_rollback_chance = next_loss_rollback_chance(settings, layout, workers);
+    }
+    let every = checkpoint_interval_steps(settings.checkpoint_every, &seen);
     if every != recovery.cadence {
         recovery.cadence = every;
         info!(every_steps = every, "periodic checkpoint cadence changed");
@@ -612,7 +616,7 @@ fn told_checkpoint_interval_ms(
     told_cadence::checkpoint_interval_ms(
         &settings.profile,
         recovery.cadence,
-        recovery.observations(elapsed, 0.0).step_time.map(ms),
+        recovery.observations(elapsed).step_time.map(ms),
         mean(&recovery.checkpoint_writes).map(ms),
         instances_now,
     )
