@@ -90,7 +90,10 @@
 //! paused its first intervals on the p3 look-alike (GPT-6.7B, unannounced)
 //! for fear of rolling back work it had not trained. At the ceiling the
 //! planner plans without the rule (its cheaper program; the shadows are
-//! scored without it too).
+//! scored without it too). Below it the fronts are thinned to a number of
+//! pairs per interval shared among the layouts
+//! ([`GuardSettings::at_risk_front`]): a cold start's fronts fill up, and on
+//! a wide profile one decision outran the guest's fuel budget.
 //!
 //! What this guarantees: over any window the real job earns about what the
 //! better candidate earned, less the migrations of a switch and the lag of the
@@ -165,6 +168,11 @@ pub struct GuardSettings {
     /// ceiling (see *The work at risk* above); off: always as if the ceiling
     /// were at risk, as before (kept to measure what the rule costs).
     pub plan_at_risk: bool,
+    /// Pairs the at-risk plan keeps per interval over all its layouts
+    /// ([`GuardSettings::at_risk_front`]); `usize::MAX`: every layout keeps
+    /// [`crate::plan::MAX_FRONT`], as before (kept to measure what thinning
+    /// saves).
+    pub at_risk_pairs: usize,
 }
 
 impl Default for GuardSettings {
@@ -183,11 +191,19 @@ impl Default for GuardSettings {
             unproven_scale: DEFAULT_UNPROVEN_SCALE,
             trust_when_proven: true,
             plan_at_risk: true,
+            at_risk_pairs: AT_RISK_PAIRS_PER_INTERVAL,
         }
     }
 }
 
 impl GuardSettings {
+    /// The largest front the real job's at-risk plan keeps per layout on a
+    /// profile of `layouts` layouts: [`GuardSettings::at_risk_pairs`] shared
+    /// among them, between 8 and [`crate::plan::MAX_FRONT`].
+    pub fn at_risk_front(&self, layouts: usize) -> usize {
+        (self.at_risk_pairs / layouts.max(1)).clamp(8, crate::plan::MAX_FRONT)
+    }
+
     /// The share of the scores' weight an interval of `interval_ms` keeps
     /// ([`GuardSettings::window_minutes`]): `+ - * /` only, so a guest keeps
     /// bit for bit what the host keeps. At least 0 (an interval longer than
@@ -366,6 +382,21 @@ pub const DEFAULT_DEFER_SIGMAS: f64 = 1.0;
 /// or by one standard deviation of the lead's noise, kept that case level
 /// but took the p3 trace to 97.0% and left a g4dn draw at 96.95%.
 pub const DEFAULT_UNPROVEN_SCALE: f64 = 0.5;
+
+/// Pairs the real job's at-risk plan keeps per interval over all its
+/// layouts ([`GuardSettings::at_risk_front`]). Under the work-at-risk rule
+/// a path that trained more also risks as much more, so until the ceiling
+/// is reached (a cold start) almost no pair dominates another and every
+/// layout's front fills to the cap: on BERT's 62 layouts (p3, unannounced)
+/// one decision of a cold start evaluated about 540 pairs per layout and
+/// interval and took 0.1 s natively, over the guest's whole fuel budget
+/// (its fallback answered that interval on the diurnal and p3 look-alike
+/// traces). 512 keeps the front of a profile of up to 16 layouts at
+/// [`crate::plan::MAX_FRONT`] (GPT-6.7B's 10, whose plans turn on these
+/// fronts: with 16 pairs per layout slow-churn fell behind reactive) and
+/// thins wider profiles' (BERT's to 8, GPT-1.5B's to 10): no case of the
+/// leave-one-family-out table moved, and one of 144 fresh traces by 0.03%.
+pub const AT_RISK_PAIRS_PER_INTERVAL: usize = 512;
 
 impl Default for GuardedLiveput {
     /// The planner plans on a persistence forecast hedged by the observed
@@ -696,9 +727,14 @@ impl Optimizer for GuardedLiveput {
         let below = self.settings.plan_at_risk
             && self.real_at_risk < at_risk::ceiling(&request.profile)
             && !request.recovery.saves_every_stage(&request.profile);
-        self.planner.optimizer.options.at_risk = below.then_some(self.real_at_risk);
+        let options = self.planner.optimizer.options;
+        if below {
+            self.planner.optimizer.options.at_risk = Some(self.real_at_risk);
+            self.planner.optimizer.options.max_front =
+                self.settings.at_risk_front(request.profile.configs.len());
+        }
         let plan = self.plan_with(self.leader, request);
-        self.planner.optimizer.options.at_risk = None;
+        self.planner.optimizer.options = options;
         plan
     }
 }
@@ -767,6 +803,21 @@ mod tests {
         guard.shadows[Candidate::Planner as usize].score = 2.0 * reactive;
         guard.real.score = 0.5 * reactive;
         guard.real_gap = -0.5 * reactive;
+    }
+
+    /// Narrow profiles keep the whole front in the at-risk plan; wide ones
+    /// share a fixed number of pairs per interval, never fewer than 8 each.
+    #[test]
+    fn the_at_risk_plan_shares_its_pairs_among_the_layouts() {
+        let settings = GuardSettings::default();
+        assert_eq!(settings.at_risk_front(10), crate::plan::MAX_FRONT);
+        assert_eq!(settings.at_risk_front(16), crate::plan::MAX_FRONT);
+        assert_eq!(settings.at_risk_front(47), 10);
+        assert_eq!(settings.at_risk_front(62), 8);
+        assert_eq!(settings.at_risk_front(1806), 8);
+        assert_eq!(settings.at_risk_front(0), crate::plan::MAX_FRONT);
+        let whole = GuardSettings { at_risk_pairs: usize::MAX, ..settings };
+        assert_eq!(whole.at_risk_front(62), crate::plan::MAX_FRONT);
     }
 
     /// The window is a time: one-minute intervals keep exactly what the
@@ -888,6 +939,7 @@ mod tests {
             unproven_scale: 1.0,
             trust_when_proven: false,
             plan_at_risk: true,
+            at_risk_pairs: AT_RISK_PAIRS_PER_INTERVAL,
         });
         drive(&mut guard, &history);
         guard.shadows[Candidate::Reactive as usize].score = 1.4 * guard.shadows[0].score;
@@ -918,6 +970,7 @@ mod tests {
             unproven_scale: 1.0,
             trust_when_proven: false,
             plan_at_risk: true,
+            at_risk_pairs: AT_RISK_PAIRS_PER_INTERVAL,
         };
         // The leader after reactive's shadow is put 10% ahead with that
         // variance of the difference behind it; and the planner's score.
@@ -953,6 +1006,7 @@ mod tests {
             unproven_scale: 1.0,
             trust_when_proven: false,
             plan_at_risk: true,
+            at_risk_pairs: AT_RISK_PAIRS_PER_INTERVAL,
         };
         let mut guard = GuardedLiveput::with_settings(settings);
         drive(&mut guard, &history[..5]);

@@ -10,7 +10,10 @@
 //!   `/at-the-estimate` (deference without the low-churn check of its own
 //!   moves), `/bursts-to-3`, `/no-proving` (no proving shadow, the low end
 //!   unscaled throughout) and `/no-work-at-risk` (the real job planned as if
-//!   the ceiling were at risk) without each of its costliest knobs.
+//!   the ceiling were at risk) without each of its costliest knobs;
+//!   `/unannounced`, where the work-at-risk plan runs (a cold start), with
+//!   `/whole-at-risk-fronts` (that plan's fronts not thinned per interval)
+//!   and `/no-work-at-risk`.
 //! - `decision/N=32`, `decision/N=1024`: one interval's decision (H = 12) on
 //!   a fleet that just lost instances, with a cold cache (first decision of a
 //!   run) and a warm one (steady state). N = 1024 uses the GPT-1.5B profile
@@ -26,7 +29,7 @@ use parcae_policy_core::guard::GuardedLiveput;
 use parcae_policy_core::optimizer::Liveput;
 use parcae_policy_core::{
     ConfigProfile, IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, PredictRequest,
-    Predictor,
+    Predictor, Recovery,
 };
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::drive_native;
@@ -117,7 +120,7 @@ fn run_policy(profile: &ModelProfile, series: &[IntervalStats]) -> f64 {
                 current,
                 interval_ms: INTERVAL_MS,
                 profile: profile.clone(),
-                recovery: parcae_policy_core::Recovery::UNANNOUNCED,
+                recovery: Recovery::UNANNOUNCED,
             })
             .unwrap();
         current = plan.steps[0].config;
@@ -152,7 +155,7 @@ fn decision_request(
         current: Some(current),
         interval_ms: INTERVAL_MS,
         profile: profile.clone(),
-        recovery: parcae_policy_core::Recovery::UNANNOUNCED,
+        recovery: Recovery::UNANNOUNCED,
     }
 }
 
@@ -173,15 +176,24 @@ fn whole_trace(c: &mut Criterion) {
     // instead of 4) cost, and what the proving shadow costs (a third plan
     // where its decision could differ from the planner shadow's).
     type Adjust = fn(&mut GuardedLiveput);
-    let variants: [(&str, Adjust); 6] = [
-        ("default-policy", |_| {}),
-        ("default-policy/no-deference", |p| p.planner.optimizer.defer_margin = 0.0),
-        ("default-policy/at-the-estimate", |p| p.planner.defer_sigmas = 0.0),
-        ("default-policy/bursts-to-3", |p| p.planner.estimator.max_extra = 3),
-        ("default-policy/no-proving", |p| p.settings.unproven_scale = 1.0),
-        ("default-policy/no-work-at-risk", |p| p.settings.plan_at_risk = false),
+    let unannounced = Recovery::UNANNOUNCED;
+    let variants: [(&str, Recovery, Adjust); 9] = [
+        ("default-policy", aws, |_| {}),
+        ("default-policy/no-deference", aws, |p| p.planner.optimizer.defer_margin = 0.0),
+        ("default-policy/at-the-estimate", aws, |p| p.planner.defer_sigmas = 0.0),
+        ("default-policy/bursts-to-3", aws, |p| p.planner.estimator.max_extra = 3),
+        ("default-policy/no-proving", aws, |p| p.settings.unproven_scale = 1.0),
+        ("default-policy/no-work-at-risk", aws, |p| p.settings.plan_at_risk = false),
+        // Unannounced, where the real job plans from its work at risk while it
+        // is below the ceiling (a cold start): the default, with every
+        // layout's front kept whole in that plan, and without the plan.
+        ("default-policy/unannounced", unannounced, |_| {}),
+        ("default-policy/unannounced/whole-at-risk-fronts", unannounced, |p| {
+            p.settings.at_risk_pairs = usize::MAX
+        }),
+        ("default-policy/unannounced/no-work-at-risk", unannounced, |p| p.settings.plan_at_risk = false),
     ];
-    for (name, adjust) in variants {
+    for (name, recovery, adjust) in variants {
         group.bench_function(name, |b| {
             b.iter(|| {
                 profiles
@@ -189,7 +201,9 @@ fn whole_trace(c: &mut Criterion) {
                     .map(|p| {
                         let mut policy = GuardedLiveput::default();
                         adjust(&mut policy);
-                        drive_native(&mut policy, black_box(&series), p, aws, INTERVAL_MS, 8).unwrap().len()
+                        drive_native(&mut policy, black_box(&series), p, recovery, INTERVAL_MS, 8)
+                            .unwrap()
+                            .len()
                     })
                     .sum::<usize>()
             })
