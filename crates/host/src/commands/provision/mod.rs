@@ -39,11 +39,12 @@ use parcae_policy_core::liveput::{self, Transition};
 use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_runtime::GuardedPolicy;
-use parcae_sim::{MigrationMode, Prices};
+use parcae_sim::{Cadenced, MigrationMode, Prices};
 use serde::Serialize;
 
 use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
-use crate::control::{ControlSettings, FleetTypes, replay, replay_profiles};
+use crate::commands::bench::CadenceArg;
+use crate::control::{ControlSettings, FleetTypes, replay_profiles};
 
 pub mod mix;
 
@@ -94,6 +95,12 @@ pub struct ProvisionArgs {
     /// The preemption notice the policy plans with.
     #[command(flatten)]
     pub notice: NoticeArgs,
+    /// Which losses the simulated check's periodic checkpoint cadence follows, as
+    /// `bench --cadence`: those seen so far, as `run` sets its own (the policy is told
+    /// each interval's), or the whole trace's. The prediction always prices the whole
+    /// trace's (a steady-state figure), and a mix of types always uses it.
+    #[arg(long, value_enum, default_value_t = CadenceArg::SeenSoFar)]
+    pub cadence: CadenceArg,
 }
 
 /// One `--offer`.
@@ -548,11 +555,12 @@ fn per_instance(price: f64, interval_ms: u64) -> impl Fn(&parcae_sim::IntervalRe
     move |r| f64::from(r.instances) * hours * price
 }
 
-/// Runs `series` through the policy and scores it; `progress` advances one
-/// unit per interval.
+/// Runs `series` through the policy, telling it each interval's profile at the
+/// deployment's cadence (`system`), and scores it as `bench` does; `progress`
+/// advances one unit per interval.
 #[expect(clippy::too_many_arguments, reason = "one call site; the settings of one simulated candidate")]
 fn simulate_candidate(
-    profile: &ModelProfile,
+    system: &Cadenced,
     series: &[IntervalStats],
     interval_ms: u64,
     prices: Prices,
@@ -563,10 +571,10 @@ fn simulate_candidate(
 ) -> anyhow::Result<parcae_sim::SimResult> {
     let fleet_max = series.iter().map(|s| s.instances).max().unwrap_or(0);
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
-    let decisions = replay(series, profile, policy, &settings, |_| progress.inc(1));
+    let decisions = replay_profiles(series, |k| system.at(k), policy, &settings, None, |_| progress.inc(1));
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
-    Ok(parcae_sim::simulate_under(
-        profile,
+    Ok(parcae_sim::simulate_cadenced(
+        system,
         series,
         interval_ms,
         &configs,
@@ -657,6 +665,9 @@ pub struct Report {
     pub model: String,
     /// The policy that ran the simulated check.
     pub policy: String,
+    /// Which losses a single type's simulated checkpoint cadence followed:
+    /// `seen-so-far` or `whole-trace` (a mix of types: always the whole trace's).
+    pub cadence: String,
     /// Every candidate, best first.
     pub candidates: Vec<Prediction>,
     /// The simulated outcomes of the best candidates.
@@ -948,8 +959,15 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         };
         let mut policy = policies.guarded();
         // Checkpoints at the cadence `run` keeps and `bench` scores: Young/Daly on the
-        // losses the notice cannot save.
-        let system = deployment.at_cadence(&l.profile, &series, interval_ms);
+        // losses the notice cannot save, those seen so far unless told otherwise.
+        let system = Cadenced::new(
+            args.cadence.into(),
+            &l.profile,
+            &series,
+            interval_ms,
+            &deployment.recovery,
+            deployment.snapshot_bytes_per_ms,
+        );
         let result = simulate_candidate(
             &system,
             &series,
@@ -998,10 +1016,16 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         ]);
     }
     right_align(&mut table, 2, 7);
+    let cadence = clap::ValueEnum::to_possible_value(&args.cadence)
+        .map_or_else(String::new, |v| v.get_name().to_string());
     println!(
-        "Predicted vs simulated ({} through the control loop, liveput simulator; * = extrapolated at the \
-         run's average rate beyond the trace):\n\n{table}\n",
-        spec
+        "Predicted vs simulated ({} through the control loop, liveput simulator, checkpoints at the cadence of \
+         the losses {}; * = extrapolated at the run's average rate beyond the trace):\n\n{table}\n",
+        spec,
+        match args.cadence {
+            CadenceArg::SeenSoFar => "seen so far (a mix of types: the whole trace's)",
+            CadenceArg::WholeTrace => "of the whole trace",
+        }
     );
     match (candidates.first(), simulated.first()) {
         (Some(best), Some(sim)) if best.meets_goal => println!(
@@ -1021,7 +1045,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         println!("{line}");
     }
     if let Some(path) = &args.json {
-        let report = Report { goal, model, policy: spec.to_string(), candidates, simulated };
+        let report = Report { goal, model, policy: spec.to_string(), cadence, candidates, simulated };
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -1268,6 +1292,7 @@ mod tests {
                     compile_cache: None,
                 },
                 notice: NoticeArgs { notice_seconds: None },
+                cadence: CadenceArg::SeenSoFar,
             };
         let args = make(vec![format!("small={demo},spot=0.5,on-demand=2")], Some(json.clone()), false, 2);
         run(&args).unwrap();
@@ -1311,6 +1336,31 @@ mod tests {
         for s in simulated {
             assert!(s["samples_per_hour"].as_f64().unwrap() > 0.0, "{s}");
         }
+
+        // Unannounced, the simulated check follows the losses seen so far unless told the
+        // whole trace's (as `bench`): the two cadences score the same decisions apart.
+        let simulated_at = |cadence: CadenceArg| {
+            let args = ProvisionArgs {
+                notice: NoticeArgs { notice_seconds: Some(0.0) },
+                cadence,
+                ..make(vec![format!("small={demo},spot=0.5,on-demand=2")], Some(json.clone()), true, 1)
+            };
+            run(&args).unwrap();
+            let report: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            let _ = std::fs::remove_file(&json);
+            (
+                report["cadence"].as_str().unwrap().to_string(),
+                report["simulated"][0]["samples_per_hour"].as_f64().unwrap(),
+            )
+        };
+        let (seen, seen_rate) = simulated_at(CadenceArg::SeenSoFar);
+        let (whole, whole_rate) = simulated_at(CadenceArg::WholeTrace);
+        assert_eq!((seen.as_str(), whole.as_str()), ("seen-so-far", "whole-trace"));
+        assert!(
+            seen_rate > 0.0 && whole_rate > 0.0 && seen_rate != whole_rate,
+            "{seen_rate} vs {whole_rate}"
+        );
 
         // Errors name the offer.
         let bad = make(vec!["small=/nonexistent.csv".into()], None, false, 2);
