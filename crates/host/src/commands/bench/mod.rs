@@ -118,7 +118,8 @@ pub struct BenchArgs {
 }
 
 /// `--cadence`: [`CadenceRule`] on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum CadenceArg {
     /// The Young/Daly cadence of the losses seen up to each interval.
     SeenSoFar,

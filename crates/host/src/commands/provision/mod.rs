@@ -667,7 +667,7 @@ pub struct Report {
     pub policy: String,
     /// Which losses a single type's simulated checkpoint cadence followed:
     /// `seen-so-far` or `whole-trace` (a mix of types: always the whole trace's).
-    pub cadence: String,
+    pub cadence: CadenceArg,
     /// Every candidate, best first.
     pub candidates: Vec<Prediction>,
     /// The simulated outcomes of the best candidates.
@@ -1016,8 +1016,6 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         ]);
     }
     right_align(&mut table, 2, 7);
-    let cadence = clap::ValueEnum::to_possible_value(&args.cadence)
-        .map_or_else(String::new, |v| v.get_name().to_string());
     println!(
         "Predicted vs simulated ({} through the control loop, liveput simulator, checkpoints at the cadence of \
          the losses {}; * = extrapolated at the run's average rate beyond the trace):\n\n{table}\n",
@@ -1045,7 +1043,8 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
         println!("{line}");
     }
     if let Some(path) = &args.json {
-        let report = Report { goal, model, policy: spec.to_string(), cadence, candidates, simulated };
+        let report =
+            Report { goal, model, policy: spec.to_string(), cadence: args.cadence, candidates, simulated };
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
             .with_context(|| format!("writing {}", path.display()))?;
