@@ -437,8 +437,16 @@ impl<'a> Program<'a> {
             // interval can train in `t`, cannot beat the best pair without
             // leftover found so far: every pair it yields would be dropped, so
             // skip it before looking up (or computing) its transition. Exact:
-            // the plan is the same, only faster.
-            if found.dominated(points[start + len - 1].value + bound, least_at_risk) {
+            // the plan is the same, only faster. Without the work-at-risk rule
+            // a front's values rise along it; under it a later pair may be worth
+            // less (it risks less), so the whole front is read.
+            let front = &points[start..start + len];
+            let most = if self.capped() {
+                front.iter().map(|p| p.value).fold(f64::NEG_INFINITY, f64::max)
+            } else {
+                front[len - 1].value
+            };
+            if found.dominated(most + bound, least_at_risk) {
                 store.stats.pruned += 1;
                 continue;
             }
