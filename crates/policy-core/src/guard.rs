@@ -170,8 +170,7 @@ pub struct GuardSettings {
     pub plan_at_risk: bool,
     /// Pairs the at-risk plan keeps per interval over all its layouts
     /// ([`GuardSettings::at_risk_front`]); `usize::MAX`: every layout keeps
-    /// [`crate::plan::MAX_FRONT`], as before (kept to measure what thinning
-    /// saves).
+    /// [`MAX_AT_RISK_FRONT`] (kept to measure what thinning saves).
     pub at_risk_pairs: usize,
 }
 
@@ -199,9 +198,9 @@ impl Default for GuardSettings {
 impl GuardSettings {
     /// The largest front the real job's at-risk plan keeps per layout on a
     /// profile of `layouts` layouts: [`GuardSettings::at_risk_pairs`] shared
-    /// among them, between 8 and [`crate::plan::MAX_FRONT`].
+    /// among them, between 8 and [`MAX_AT_RISK_FRONT`].
     pub fn at_risk_front(&self, layouts: usize) -> usize {
-        (self.at_risk_pairs / layouts.max(1)).clamp(8, crate::plan::MAX_FRONT)
+        (self.at_risk_pairs / layouts.max(1)).clamp(8, MAX_AT_RISK_FRONT)
     }
 
     /// The share of the scores' weight an interval of `interval_ms` keeps
@@ -387,16 +386,22 @@ pub const DEFAULT_UNPROVEN_SCALE: f64 = 0.5;
 /// layouts ([`GuardSettings::at_risk_front`]). Under the work-at-risk rule
 /// a path that trained more also risks as much more, so until the ceiling
 /// is reached (a cold start) almost no pair dominates another and every
-/// layout's front fills to the cap: on BERT's 62 layouts (p3, unannounced)
-/// one decision of a cold start evaluated about 540 pairs per layout and
-/// interval and took 0.1 s natively, over the guest's whole fuel budget
-/// (its fallback answered that interval on the diurnal and p3 look-alike
-/// traces). 512 keeps the front of a profile of up to 16 layouts at
-/// [`crate::plan::MAX_FRONT`] (GPT-6.7B's 10, whose plans turn on these
-/// fronts: with 16 pairs per layout slow-churn fell behind reactive) and
-/// thins wider profiles' (BERT's to 8, GPT-1.5B's to 10): no case of the
-/// leave-one-family-out table moved, and one of 144 fresh traces by 0.03%.
+/// layout's front fills to its cap: on BERT's 62 layouts (p3, unannounced)
+/// one decision of a cold start with 32 pairs per layout evaluated about
+/// 540 pairs per layout and interval and took 0.1 s natively, over the
+/// guest's whole fuel budget (its fallback answered that interval on the
+/// diurnal and p3 look-alike traces). 512 thins wide profiles' fronts
+/// (BERT's to 8, GPT-1.5B's to 10) and gives narrow ones more than the
+/// planner's usual [`crate::plan::MAX_FRONT`] (GPT-6.7B's 10 layouts keep
+/// 51, whose plans turn on these fronts: with 16 pairs per layout
+/// slow-churn fell behind reactive, and with 32 one fresh slow-churn trace
+/// did).
 pub const AT_RISK_PAIRS_PER_INTERVAL: usize = 512;
+
+/// The largest front one layout keeps in the at-risk plan however few the
+/// layouts: the Oracle's own cap (`parcae_sim::planned`), so a profile of
+/// one layout plans at risk as finely as the Oracle plans.
+pub const MAX_AT_RISK_FRONT: usize = 1024;
 
 impl Default for GuardedLiveput {
     /// The planner plans on a persistence forecast hedged by the observed
@@ -810,14 +815,14 @@ mod tests {
     #[test]
     fn the_at_risk_plan_shares_its_pairs_among_the_layouts() {
         let settings = GuardSettings::default();
-        assert_eq!(settings.at_risk_front(10), crate::plan::MAX_FRONT);
-        assert_eq!(settings.at_risk_front(16), crate::plan::MAX_FRONT);
+        assert_eq!(settings.at_risk_front(10), 51);
+        assert_eq!(settings.at_risk_front(16), 32);
         assert_eq!(settings.at_risk_front(47), 10);
         assert_eq!(settings.at_risk_front(62), 8);
         assert_eq!(settings.at_risk_front(1806), 8);
-        assert_eq!(settings.at_risk_front(0), crate::plan::MAX_FRONT);
+        assert_eq!(settings.at_risk_front(0), 512);
         let whole = GuardSettings { at_risk_pairs: usize::MAX, ..settings };
-        assert_eq!(whole.at_risk_front(62), crate::plan::MAX_FRONT);
+        assert_eq!(whole.at_risk_front(62), MAX_AT_RISK_FRONT);
     }
 
     /// The window is a time: one-minute intervals keep exactly what the
