@@ -34,7 +34,9 @@ use parcae_policy_core::plan::{self, PlanOptions, TransitionCache};
 use parcae_policy_core::robust::default_terminal_ms;
 use parcae_policy_core::{ConfigProfile, IntervalStats, ModelProfile, ParallelConfig, Recovery};
 
-use crate::{MigrationMode, Prices, SimError, SimResult, Simulator, plan_steps, summarize};
+use crate::{
+    CadenceRule, Cadenced, MigrationMode, Prices, SimError, SimResult, Simulator, plan_steps, summarize,
+};
 
 /// The fleet several per-type traces give one job.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,50 +217,100 @@ impl<'a> Compositions<'a> {
     pub fn union(&self) -> &ModelProfile {
         &self.union
     }
+}
 
-    /// Applies `f` to every view and the union (a checkpoint cadence, say), keeping the
-    /// views consistent with each other.
-    pub fn adjust(&mut self, f: impl Fn(&mut ModelProfile)) {
-        self.planning.values_mut().for_each(&f);
-        self.scoring.values_mut().for_each(&f);
-        f(&mut self.union);
-        f(&mut self.stopped);
-    }
+/// Each interval's two views of a mixed fleet with the deployment's checkpoint cadence
+/// priced in: its composition's view ([`Compositions`]) at the cadence
+/// [`CadenceRule`] gives that interval, computed from the union's costs as a
+/// single-type fleet's ([`Cadenced`] of the union). Under
+/// [`CadenceRule::SeenSoFar`] the cadence follows the losses seen so far, as `run`
+/// keeps it, so an interval's view depends on its composition *and* on how many
+/// losses came before it; a rollback takes back what the cadence of the interval
+/// that trained the work left at risk, in the simulator and in the Oracle's plan alike.
+#[derive(Debug, Clone)]
+pub struct CadencedViews {
+    /// The union's cadences, interval by interval.
+    cadence: Cadenced,
+    /// The distinct views (planning and scoring).
+    views: Vec<ModelProfile>,
+    /// Per interval, its planning view's entry of `views`.
+    planning: Vec<usize>,
+    /// Per interval, its scoring view's entry of `views`.
+    scoring: Vec<usize>,
+}
 
-    /// Puts every view on the Young/Daly checkpoint cadence of `series` under `recovery`
-    /// ([`crate::cadence::with_young_daly_cadence`], from the union's costs: a single-type
-    /// fleet's rule), every composition paying the same share of its throughput for it.
-    /// The share kept, when the cadence changed (`None`: the profiles' cadence stands).
-    pub fn at_young_daly_cadence(
-        &mut self,
-        series: &[IntervalStats],
+impl CadencedViews {
+    /// The views of every interval of `fleet` (`compositions` [`Compositions::prepare`]d
+    /// for it) under `rule`, for checkpoints written at `recovery`'s rate (snapshotted
+    /// at `snapshot_bytes_per_ms` and written in the background; `None`: written
+    /// synchronously).
+    pub fn new(
+        compositions: &Compositions<'_>,
+        fleet: &MixedFleet,
+        rule: CadenceRule,
         interval_ms: u64,
         recovery: &Recovery,
         snapshot_bytes_per_ms: Option<f64>,
-    ) -> Option<f64> {
-        let adjusted = crate::cadence::with_young_daly_cadence(
-            &self.union,
-            series,
-            interval_ms,
-            recovery,
-            snapshot_bytes_per_ms,
-        );
-        if adjusted.checkpoint_interval_ms == self.union.checkpoint_interval_ms {
-            return None;
-        }
-        let keep = crate::cadence::throughput_kept(&self.union, &adjusted);
-        let cadence = adjusted.checkpoint_interval_ms;
-        self.adjust(|p| {
-            p.checkpoint_interval_ms = cadence;
-            for c in &mut p.configs {
-                c.samples_per_second *= keep;
-                if c.iteration_ms > 0.0 {
-                    c.iteration_ms /= keep;
-                }
+    ) -> Self {
+        let union = compositions.union();
+        let cadence = Cadenced::new(rule, union, &fleet.series, interval_ms, recovery, snapshot_bytes_per_ms);
+        let mut views = Vec::new();
+        let mut known: HashMap<(bool, &[u32], u64), usize> = HashMap::new();
+        let mut planning = Vec::with_capacity(fleet.counts.len());
+        let mut scoring = Vec::with_capacity(fleet.counts.len());
+        for (k, counts) in fleet.counts.iter().enumerate() {
+            let at = cadence.at(k);
+            for is_scoring in [false, true] {
+                let key = (is_scoring, counts.as_slice(), at.checkpoint_interval_ms.to_bits());
+                let index = *known.entry(key).or_insert_with(|| {
+                    let view =
+                        if is_scoring { compositions.scoring(counts) } else { compositions.planning(counts) };
+                    views.push(at_cadence_of(view, union, at));
+                    views.len() - 1
+                });
+                if is_scoring { scoring.push(index) } else { planning.push(index) }
             }
-        });
-        Some(keep)
+        }
+        CadencedViews { cadence, views, planning, scoring }
     }
+
+    /// What each interval's policy plans with: the layouts its composition runs.
+    pub fn planning(&self) -> Vec<&ModelProfile> {
+        self.planning.iter().map(|&i| &self.views[i]).collect()
+    }
+
+    /// What each interval is scored with: every layout of the union, at zero throughput
+    /// where its composition cannot run it.
+    pub fn scoring(&self) -> Vec<&ModelProfile> {
+        self.scoring.iter().map(|&i| &self.views[i]).collect()
+    }
+
+    /// The union at the base cadence: what every transition is priced with and a
+    /// rollback's ceiling is read off.
+    pub fn union(&self) -> &ModelProfile {
+        self.cadence.base()
+    }
+
+    /// The union's cadences, interval by interval (for a note).
+    pub fn cadence(&self) -> &Cadenced {
+        &self.cadence
+    }
+}
+
+/// `view` (a view of `union`) at the cadence of `cadenced` (`union` at some cadence):
+/// its rollback interval, and the share of throughput its checkpoints leave, which
+/// every composition pays alike.
+fn at_cadence_of(view: &ModelProfile, union: &ModelProfile, cadenced: &ModelProfile) -> ModelProfile {
+    let keep = crate::cadence::throughput_kept(union, cadenced);
+    let mut adjusted = view.clone();
+    adjusted.checkpoint_interval_ms = cadenced.checkpoint_interval_ms;
+    for c in &mut adjusted.configs {
+        c.samples_per_second *= keep;
+        if c.iteration_ms > 0.0 {
+            c.iteration_ms /= keep;
+        }
+    }
+    adjusted
 }
 
 /// The scoring view of each interval of `fleet` ([`Compositions::prepare`]d for it).
@@ -322,7 +374,7 @@ pub fn liveput_truth(
     let horizon = horizon.max(1);
     let Some(first) = views.first() else { return Ok(Vec::new()) };
     let mut simulator = Simulator::with_recovery(first, interval_ms, MigrationMode::Live, recovery)?;
-    simulator.set_at_risk_ceiling(fleet_at_risk_ceiling(views));
+    simulator.set_at_risk_ceiling(fleet_at_risk_ceiling(union, views));
     let mut cache = TransitionCache::default();
     let mut decisions = Vec::with_capacity(series.len());
     let terminal_ms = default_terminal_ms(interval_ms);
@@ -377,8 +429,10 @@ pub fn reactive(planning: &[&ModelProfile], series: &[IntervalStats]) -> Vec<Opt
 }
 
 /// [`crate::simulate_under`] on a mixed fleet: interval `k` scored with `views[k]` (the
-/// scoring views, so a layout the fleet can no longer hold is still priced).
+/// scoring views, so a layout the fleet can no longer hold is still priced), a
+/// rollback capped where the Oracle's plan over `union` caps it.
 pub fn simulate(
+    union: &ModelProfile,
     views: &[&ModelProfile],
     series: &[IntervalStats],
     interval_ms: u64,
@@ -395,7 +449,7 @@ pub fn simulate(
         return Ok(summarize(Vec::new(), interval_ms, unpriced));
     };
     let mut simulator = Simulator::with_recovery(first, interval_ms, mode, recovery)?;
-    simulator.set_at_risk_ceiling(fleet_at_risk_ceiling(views));
+    simulator.set_at_risk_ceiling(fleet_at_risk_ceiling(union, views));
     let mut records = Vec::with_capacity(series.len());
     for ((stats, &to), profile) in series.iter().zip(decisions).zip(views) {
         simulator.set_profile(profile);
@@ -404,11 +458,17 @@ pub fn simulate(
     Ok(summarize(records, interval_ms, unpriced))
 }
 
-/// The most a rollback can take back in a mixed fleet: the largest
-/// [`at_risk::ceiling`] over every composition's view, so the simulator caps
-/// the work at risk where the fleet's Oracle plans with it.
-fn fleet_at_risk_ceiling(views: &[&ModelProfile]) -> f64 {
-    views.iter().map(|v| at_risk::ceiling(v)).fold(0.0, f64::max)
+/// The most a rollback can take back in a mixed fleet: `union`'s rollback at the
+/// fastest speed of any interval's view ([`at_risk::ceiling_at`]), where the planner
+/// over `union` and these views caps it, so the simulator caps the work at risk where
+/// the fleet's Oracle plans with it (the union's cadence is the longest any view has).
+fn fleet_at_risk_ceiling(union: &ModelProfile, views: &[&ModelProfile]) -> f64 {
+    let fastest = views
+        .iter()
+        .flat_map(|v| v.configs.iter().map(|c| c.samples_per_second))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    at_risk::ceiling_at(union, fastest)
 }
 
 fn check_lengths(views: &[&ModelProfile], series: &[IntervalStats]) -> Result<(), SimError> {

@@ -7,6 +7,9 @@
 //! ([`parcae_policy_core::plan::best_plan_varying`]); reactive takes the fastest layout
 //! each composition runs; a policy plans with its interval's composition (the layouts it
 //! can run now) and is scored like the baselines. Each type is paid at its own prices.
+//! Every row but Ideal trains at the checkpoint cadence of `--cadence`, computed from the
+//! union fleet's losses ([`CadencedViews`]): by default each interval's view is its
+//! composition at the cadence of the losses seen so far.
 //! The peers (Bamboo, Varuna, Oobleck) train on one instance type, and the Parcae
 //! artifact recorded single-type decisions: neither has a mixed-fleet row.
 
@@ -15,11 +18,11 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use indicatif::ProgressBar;
 use parcae_policy_core::{ModelProfile, ParallelConfig, Recovery};
-use parcae_sim::mixed::{self as sim_mixed, Compositions, MixedFleet};
+use parcae_sim::mixed::{self as sim_mixed, CadencedViews, Compositions, MixedFleet};
 use parcae_sim::{MigrationMode, Prices, SimResult};
 use parcae_traces::IntervalSeries;
 
-use super::score::{Baseline, BenchSettings, PolicyEntry, Row, TraceBench};
+use super::score::{Baseline, BenchSettings, PolicyEntry, Row, TraceBench, cadence_note};
 use crate::commands::provision::LoadedOffer;
 use crate::control::{ControlSettings, FleetTypes, replay_profiles};
 use crate::embedded::{P3_DEFAULT_MODEL, P3_PROFILE};
@@ -140,27 +143,24 @@ pub fn bench_mixed(
         progress.inc(1);
     }
 
-    // The same Young/Daly cadence as a single-type bench, from the union's costs; every
-    // composition pays the same share of its throughput for it.
-    if let Some(keep) =
-        compositions.at_young_daly_cadence(intervals, interval_ms, &recovery, settings.snapshot_bytes_per_ms)
-    {
-        notes.push(format!(
-            "checkpoints at the Young/Daly cadence of the union fleet's whole trace{}, costing {:.1}% of \
-             throughput",
-            if settings.cadence == parcae_sim::CadenceRule::SeenSoFar {
-                " (a mixed fleet has no cadence that follows the losses seen so far yet)"
-            } else {
-                ""
-            },
-            100.0 * (1.0 - keep)
-        ));
+    // The same Young/Daly cadence as a single-type bench (`--cadence`), from the union's
+    // costs; every composition pays the same share of its throughput for it.
+    let views = CadencedViews::new(
+        &compositions,
+        &fleet,
+        settings.cadence,
+        interval_ms,
+        &recovery,
+        settings.snapshot_bytes_per_ms,
+    );
+    if let Some(note) = cadence_note(compositions.union(), views.cadence(), intervals, &recovery, settings) {
+        notes.push(format!("union fleet: {note}"));
     }
-    let planning: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.planning(c)).collect();
-    let scoring = sim_mixed::scoring_views(&compositions, &fleet);
-    let union = compositions.union();
+    let planning = views.planning();
+    let scoring = views.scoring();
+    let union = views.union();
     let simulate = |decisions: &[Option<ParallelConfig>], what: &str, mode: MigrationMode| {
-        sim_mixed::simulate(&scoring, intervals, interval_ms, decisions, mode, recovery)
+        sim_mixed::simulate(union, &scoring, intervals, interval_ms, decisions, mode, recovery)
             .map(&priced)
             .with_context(|| format!("{name}: scoring {what}"))
     };

@@ -112,7 +112,7 @@ pub struct BenchArgs {
     /// Which losses our rows' periodic checkpoint cadence follows: those seen
     /// so far, as `run` sets its own (the policy is told each interval's), or
     /// the whole trace's, one cadence that the first interval already knows
-    /// (the earlier tables). A mixed fleet always uses the whole trace's.
+    /// (the earlier tables); a mixed fleet's from the union fleet's losses.
     #[arg(long, value_enum, default_value_t = CadenceArg::SeenSoFar)]
     pub cadence: CadenceArg,
 }

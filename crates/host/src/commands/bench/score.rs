@@ -451,7 +451,7 @@ pub fn bench_trace(
 
 /// What `bench` says of our rows' checkpoint cadence (`None` where it is the
 /// profile's throughout).
-fn cadence_note(
+pub(super) fn cadence_note(
     profile: &ModelProfile,
     system: &Cadenced,
     intervals: &[IntervalStats],

@@ -8,7 +8,7 @@
 //! [`parcae_sim::mixed`]'s model.
 
 use parcae_policy_core::IntervalStats;
-pub use parcae_sim::mixed::{Compositions, MixedFleet};
+pub use parcae_sim::mixed::{CadencedViews, Compositions, MixedFleet};
 
 use super::MarketTrace;
 

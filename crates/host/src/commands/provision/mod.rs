@@ -39,7 +39,7 @@ use parcae_policy_core::liveput::{self, Transition};
 use parcae_policy_core::reactive::best_config_for;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig, Recovery};
 use parcae_runtime::GuardedPolicy;
-use parcae_sim::{Cadenced, MigrationMode, Prices};
+use parcae_sim::{CadenceRule, Cadenced, MigrationMode, Prices};
 use serde::Serialize;
 
 use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
@@ -97,8 +97,8 @@ pub struct ProvisionArgs {
     pub notice: NoticeArgs,
     /// Which losses the simulated check's periodic checkpoint cadence follows, as
     /// `bench --cadence`: those seen so far, as `run` sets its own (the policy is told
-    /// each interval's), or the whole trace's. The prediction always prices the whole
-    /// trace's (a steady-state figure), and a mix of types always uses it.
+    /// each interval's), or the whole trace's; a mix of types follows the union fleet's
+    /// losses. The prediction always prices the whole trace's (a steady-state figure).
     #[arg(long, value_enum, default_value_t = CadenceArg::SeenSoFar)]
     pub cadence: CadenceArg,
 }
@@ -617,8 +617,9 @@ fn simulated_row(
 }
 
 /// Runs a mixed request through the policy and scores it, each interval with its
-/// composition's profile (see [`mix`]) at the Young/Daly checkpoint cadence, as `bench`
-/// scores a mixed fleet; `progress` advances one unit per interval.
+/// composition's profile (see [`mix`]) at the Young/Daly checkpoint cadence of `rule`,
+/// as `bench` scores a mixed fleet; `progress` advances one unit per interval.
+#[expect(clippy::too_many_arguments, reason = "one call site; the settings of one simulated mix")]
 fn simulate_mix(
     offers: &[&LoadedOffer],
     requested: &[u32],
@@ -626,6 +627,7 @@ fn simulate_mix(
     policy: &mut GuardedPolicy,
     horizon: u32,
     deployment: &Deployment,
+    rule: CadenceRule,
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<(mix::MixedFleet, parcae_sim::SimResult)> {
     let Deployment { recovery, snapshot_bytes_per_ms } = *deployment;
@@ -633,8 +635,9 @@ fn simulate_mix(
     let fleet = mix::requested_fleet(&markets, requested);
     let mut compositions = mix::Compositions::new(offers.iter().map(|o| &o.profile).collect());
     compositions.prepare(&fleet.counts);
-    compositions.at_young_daly_cadence(&fleet.series, interval_ms, &recovery, snapshot_bytes_per_ms);
-    let planning: Vec<&ModelProfile> = fleet.counts.iter().map(|c| compositions.planning(c)).collect();
+    let views =
+        mix::CadencedViews::new(&compositions, &fleet, rule, interval_ms, &recovery, snapshot_bytes_per_ms);
+    let planning = views.planning();
     let fleet_max = fleet.series.iter().map(|s| s.instances).max().unwrap_or(0);
     let settings = ControlSettings { interval_ms, horizon, fleet_max, recovery };
     let names: Vec<String> = offers.iter().map(|o| o.offer.name.clone()).collect();
@@ -644,9 +647,9 @@ fn simulate_mix(
     let configs: Vec<Option<ParallelConfig>> = decisions.iter().map(|d| d.config).collect();
     // Each type is priced on its own ([`mix::MixedFleet::usd_of_interval`]); the simulator's
     // one-price totals are not read.
-    let scoring = parcae_sim::mixed::scoring_views(&compositions, &fleet);
     let result = parcae_sim::mixed::simulate(
-        &scoring,
+        views.union(),
+        &views.scoring(),
         &fleet.series,
         interval_ms,
         &configs,
@@ -665,8 +668,8 @@ pub struct Report {
     pub model: String,
     /// The policy that ran the simulated check.
     pub policy: String,
-    /// Which losses a single type's simulated checkpoint cadence followed:
-    /// `seen-so-far` or `whole-trace` (a mix of types: always the whole trace's).
+    /// Which losses the simulated checkpoint cadence followed: `seen-so-far` or
+    /// `whole-trace` (a mix of types: the union fleet's).
     pub cadence: CadenceArg,
     /// Every candidate, best first.
     pub candidates: Vec<Prediction>,
@@ -937,6 +940,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
                 &mut policy,
                 args.horizon,
                 &deployments[parts[0]],
+                args.cadence.into(),
                 &progress,
             )
             .with_context(|| format!("simulating {}", c.offer))?;
@@ -1021,7 +1025,7 @@ pub fn run(args: &ProvisionArgs) -> anyhow::Result<()> {
          the losses {}; * = extrapolated at the run's average rate beyond the trace):\n\n{table}\n",
         spec,
         match args.cadence {
-            CadenceArg::SeenSoFar => "seen so far (a mix of types: the whole trace's)",
+            CadenceArg::SeenSoFar => "seen so far (a mix of types: the union fleet's)",
             CadenceArg::WholeTrace => "of the whole trace",
         }
     );
