@@ -278,6 +278,45 @@ fn a_mixed_fleet_of_two_types_is_one_job_priced_per_type() {
         let (hours, usd) = (r["instance_hours"].as_f64().unwrap(), r["usd_spot"].as_f64().unwrap());
         assert!((usd - 0.75 * hours).abs() < 1e-9 * hours.max(1.0), "{name}: ${usd} for {hours} h");
     }
+    // Unannounced, the union fleet checkpoints at the cadence of the losses seen so far
+    // (the default) or the whole trace's; the notes say which, the rows differ, and under
+    // either the Oracle is the best row.
+    let oracle_at = |cadence: &str| {
+        let json = dir.join(format!("{cadence}.json"));
+        let stdout = bench(&[
+            "--model",
+            "gpt-1.5b",
+            "--trace",
+            &fast,
+            "--trace",
+            &slow,
+            "--notice-seconds",
+            "0",
+            "--cadence",
+            cadence,
+            "--policy",
+            "builtin:reactive",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        let rows = self::records(&json);
+        let oracle = samples(by_policy(&rows, "oracle"));
+        for r in rows.iter().filter(|r| r["policy"] != "ideal") {
+            assert!(samples(r) <= oracle * (1.0 + 1e-9), "{cadence}: {} above the oracle", r["policy"]);
+        }
+        (stdout, oracle)
+    };
+    let (seen, seen_oracle) = oracle_at("seen-so-far");
+    let (whole, whole_oracle) = oracle_at("whole-trace");
+    assert!(
+        seen.contains("note: union fleet: checkpoints") && seen.contains("of the losses seen so far"),
+        "{seen}"
+    );
+    assert!(
+        whole.contains("note: union fleet: checkpoints") && whole.contains("for the whole trace's"),
+        "{whole}"
+    );
+    assert!(seen_oracle != whole_oracle, "the cadence changed nothing: {seen_oracle}");
     // Every trace names its type, or none does.
     let output = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
         .current_dir(root())
