@@ -1,14 +1,26 @@
 //! The transition cache: the exact distributions of `(from, to)` transitions,
 //! memoised across planning calls per `(instances_before, preempted)`, and the
 //! program's work buffers that live with it between calls.
+//!
+//! A distribution depends on the two layouts' reconfiguration costs, the
+//! partitions of their depths, the profile's fixed costs and the recovery
+//! rules, never on a layout's speed or the checkpoint cadence (an outcome only
+//! flags a rollback; the program prices it). So profiles that agree on those
+//! ([`CostBasis`]) share what is stored, whichever layouts each lists: a mixed
+//! fleet's compositions list other layouts at other speeds every few intervals
+//! (202 profile changes in the 647 intervals of the p3 + g4dn fleet), and a
+//! cadence that follows the losses moves every layout's speed. Emptying the
+//! cache at each such change made the default policy's calls on that fleet
+//! 25 times slower than on one type (median 5 ms, up to 0.14 s), and its
+//! guest ran out of fuel there, unannounced, until it was quarantined.
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::Step;
 use super::layouts::PlanContext;
 use super::program::Work;
-use crate::liveput::{LiveputError, MigrationKind, PairModel, lost_samples};
-use crate::{ModelProfile, Recovery};
+use crate::liveput::{LiveputError, MigrationKind, PairModel};
+use crate::{ModelProfile, ParallelConfig, Recovery, StagePartition};
 
 /// Largest `(from, to)` table kept dense (`(S + 1)^2` entries); larger
 /// profiles use a hash map holding only the transitions visited.
@@ -32,8 +44,12 @@ pub struct CacheStats {
     pub hits: u64,
     /// Transition distributions computed.
     pub misses: u64,
-    /// Times the cache was emptied (bound reached or profile changed).
+    /// Times the cache was emptied (bound reached, or a profile whose costs
+    /// differ).
     pub clears: u64,
+    /// Times the stored distributions were carried over to a profile of the
+    /// same costs that lists other layouts (a mixed fleet's new composition).
+    pub carried_over: u64,
     /// Times a Pareto front was thinned to [`MAX_FRONT`](super::MAX_FRONT)
     /// pairs (each one may cost optimality).
     pub front_truncations: u64,
@@ -52,15 +68,20 @@ pub struct CacheStats {
 ///
 /// Distributions are stored per `(instances_before, preempted)` in a table
 /// indexed by `(from, to)` (the distribution does not depend on `arrived`), for
-/// one profile at a time: a call with a different profile (compared by value)
-/// empties the cache. Its size is bounded: when, at the start of a call, the
+/// one [`CostBasis`] at a time: a call whose profile differs in its costs
+/// empties the cache, one that lists other layouts at the same costs keeps
+/// every distribution of the layouts it still lists (the tables are re-indexed
+/// to its layouts), and one that differs only in speeds or cadence keeps
+/// everything. Its size is bounded: when, at the start of a call, the
 /// stored outcomes or table entries exceed the bounds, everything is dropped
 /// and rebuilt on demand (a single call may go past the bounds; it is emptied
 /// at the next).
 #[derive(Debug, Clone)]
 pub struct TransitionCache {
-    /// The profile and recovery rules the stored distributions are for.
-    profile: Option<(ModelProfile, Recovery)>,
+    /// What the stored distributions were computed from.
+    basis: Option<CostBasis>,
+    /// The layouts of the last call, in order.
+    last_layouts: Vec<ParallelConfig>,
     store: DistributionStore,
     work: Work,
 }
@@ -76,7 +97,8 @@ impl TransitionCache {
     /// `max_table_entries` table entries between calls.
     pub fn with_bounds(max_outcomes: usize, max_table_entries: usize) -> TransitionCache {
         TransitionCache {
-            profile: None,
+            basis: None,
+            last_layouts: Vec::new(),
             store: DistributionStore {
                 max_outcomes,
                 max_table_entries,
@@ -87,6 +109,8 @@ impl TransitionCache {
                 table_entries: 0,
                 models: HashMap::new(),
                 stats: CacheStats::default(),
+                columns: Vec::new(),
+                width: 0,
             },
             work: Work::default(),
         }
@@ -110,35 +134,155 @@ impl TransitionCache {
     /// Drop every stored distribution (the counters stay).
     pub fn clear(&mut self) {
         self.store.clear();
-        self.profile = None;
+        self.basis = None;
     }
 
     /// Start one planning call: make the cache fit `profile` under
-    /// `recovery`, count the call, and lend the program its two halves.
+    /// `recovery` and the program's `layouts` (its states in order, the pause
+    /// after them), count the call, and lend the program its two halves.
     pub(super) fn begin(
         &mut self,
         profile: &ModelProfile,
         recovery: &Recovery,
+        layouts: &[ParallelConfig],
     ) -> (&mut DistributionStore, &mut Work) {
-        self.prepare(profile, recovery);
+        self.prepare(profile, recovery, layouts);
         self.store.stats.plans += 1;
         (&mut self.store, &mut self.work)
     }
 
-    /// Make the cache fit `profile` under `recovery`, within its bounds.
-    fn prepare(&mut self, profile: &ModelProfile, recovery: &Recovery) {
-        if self.profile.as_ref().is_none_or(|(p, r)| p != profile || r != recovery) {
-            if !self.store.heads.is_empty() || !self.store.tables.is_empty() {
-                self.store.clear();
-                self.store.stats.clears += 1;
-            }
-            self.profile = Some((profile.clone(), *recovery));
-        } else if self.store.outs.len() > self.store.max_outcomes
+    /// Make the cache fit `profile` under `recovery` and `layouts`, within its
+    /// bounds.
+    fn prepare(&mut self, profile: &ModelProfile, recovery: &Recovery, layouts: &[ParallelConfig]) {
+        let over_bounds = self.store.outs.len() > self.store.max_outcomes
             || self.store.table_entries > self.store.max_table_entries
-            || self.store.models.len() > MAX_PAIR_MODELS
+            || self.store.models.len() > MAX_PAIR_MODELS;
+        let fits = !over_bounds && self.basis.as_mut().is_some_and(|b| b.admits(profile, recovery));
+        match self.basis.as_mut().filter(|_| fits) {
+            Some(basis) => {
+                // Layouts new to the basis get columns of their own; every
+                // stored distribution keeps its pair.
+                let known: std::collections::HashSet<ParallelConfig> =
+                    basis.layouts.iter().copied().collect();
+                let added: Vec<ParallelConfig> =
+                    layouts.iter().copied().filter(|c| !known.contains(c)).collect();
+                if !added.is_empty() {
+                    self.store.widen(basis.layouts.len(), basis.layouts.len() + added.len());
+                    basis.layouts.extend(added);
+                }
+                if self.last_layouts != layouts {
+                    self.store.stats.carried_over += 1;
+                }
+            }
+            None => {
+                if !self.store.heads.is_empty() || !self.store.tables.is_empty() {
+                    self.store.clear();
+                    self.store.stats.clears += 1;
+                }
+                let mut basis = CostBasis {
+                    recovery: *recovery,
+                    fixed: FixedCosts::of(profile),
+                    costs: HashMap::new(),
+                    partitions: HashMap::new(),
+                    layouts: layouts.to_vec(),
+                };
+                // A profile that does not agree with itself (a layout listed
+                // twice at other costs, a depth without its partition) keeps
+                // no basis: the next call starts afresh, and the cost model
+                // reports what is wrong when it reads it.
+                self.basis = basis.admits(profile, recovery).then_some(basis);
+            }
+        }
+        let columns = self.basis.as_ref().map_or(layouts, |b| b.layouts.as_slice());
+        self.store.set_columns(columns, layouts);
+        self.last_layouts.clear();
+        self.last_layouts.extend_from_slice(layouts);
+    }
+}
+
+/// What the stored distributions depend on (see the module documentation):
+/// the recovery rules, the profile's fixed costs, and each layout's
+/// reconfiguration costs and each depth's partition as first seen. Profiles
+/// that agree on every layout and depth they share are priced alike.
+#[derive(Debug, Clone)]
+struct CostBasis {
+    recovery: Recovery,
+    fixed: FixedCosts,
+    /// Per layout, `(comm_rebuild_add_ms, comm_rebuild_remove_ms,
+    /// model_build_ms)`.
+    costs: HashMap<ParallelConfig, (f64, f64, f64)>,
+    /// Per depth, its partition.
+    partitions: HashMap<u32, StagePartition>,
+    /// Every layout seen under the basis, in the order first seen: the
+    /// tables' columns (the pause after them).
+    layouts: Vec<ParallelConfig>,
+}
+
+impl CostBasis {
+    /// Whether distributions computed under this basis hold for `profile`
+    /// under `recovery`; the layouts and depths `profile` adds join the basis.
+    fn admits(&mut self, profile: &ModelProfile, recovery: &Recovery) -> bool {
+        if *recovery != self.recovery
+            || FixedCosts::of(profile) != self.fixed
+            || !(profile.checkpoint_interval_ms.is_finite() && profile.checkpoint_interval_ms >= 0.0)
         {
-            self.store.clear();
-            self.store.stats.clears += 1;
+            return false;
+        }
+        for entry in &profile.configs {
+            // The cost model reads a layout's first entry and its depth's
+            // first partition.
+            let first = profile.config(entry.config).is_some_and(|f| std::ptr::eq(f, entry));
+            if !first {
+                continue;
+            }
+            let costs = (entry.comm_rebuild_add_ms, entry.comm_rebuild_remove_ms, entry.model_build_ms);
+            if *self.costs.entry(entry.config).or_insert(costs) != costs {
+                return false;
+            }
+            let depth = entry.config.pipeline_stages;
+            let Some(partition) = profile.partitions.iter().find(|p| p.pipeline_stages == depth) else {
+                return false;
+            };
+            if *self.partitions.entry(depth).or_insert_with(|| partition.clone()) != *partition {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// A profile's costs that are not per layout.
+#[derive(Debug, Clone, PartialEq)]
+struct FixedCosts {
+    model: String,
+    batches: (u32, u32),
+    transfer_curve: Vec<crate::TransferPoint>,
+    /// `rendezvous_ms`, `process_start_ms`, `add_extra_ms`,
+    /// `checkpoint_restart_ms`.
+    times: [f64; 4],
+}
+
+impl FixedCosts {
+    fn of(profile: &ModelProfile) -> Self {
+        // Every field named, so a new one must be placed here or above.
+        let ModelProfile {
+            model,
+            global_batch_size,
+            micro_batch_size,
+            configs: _,
+            partitions: _,
+            transfer_curve,
+            rendezvous_ms,
+            process_start_ms,
+            add_extra_ms,
+            checkpoint_restart_ms,
+            checkpoint_interval_ms: _,
+        } = profile;
+        FixedCosts {
+            model: model.clone(),
+            batches: (*global_batch_size, *micro_batch_size),
+            transfer_curve: transfer_curve.clone(),
+            times: [*rendezvous_ms, *process_start_ms, *add_extra_ms, *checkpoint_restart_ms],
         }
     }
 }
@@ -150,7 +294,9 @@ pub(super) struct OutcomeTerms {
     pub(super) p: f64,
     /// Migration time, ms.
     pub(super) d: f64,
-    /// Samples lost to a restart (0 unless the outcome loses work).
+    /// 1 when the outcome rolls back work trained before it (a restart from
+    /// the checkpoint out of a layout), else 0: the program prices it at the
+    /// speed and cadence the work was trained at (`Program::lost_scale`).
     pub(super) lost: f64,
     /// A restart's `R_type`, paid instead of a longer carried remainder
     /// ([`crate::liveput::Outcome::busy_ms`]); infinite for other kinds, so
@@ -201,12 +347,17 @@ pub(super) struct DistributionStore {
     pub(super) outs: Vec<OutcomeTerms>,
     /// Table entries held: allocated for dense tables, filled for sparse ones.
     table_entries: usize,
-    /// Per `(from, to)` slot, the pair's cost model: shared by every
-    /// `(instances_before, preempted)` table, so a new fleet size or
-    /// preemption count does not rebuild it.
-    models: HashMap<usize, PairModel>,
+    /// Per `(from, to)` pair of layouts (`None`: nothing, or the pause), the
+    /// pair's cost model: shared by every `(instances_before, preempted)`
+    /// table, so a new fleet size or preemption count does not rebuild it.
+    models: HashMap<(Option<ParallelConfig>, Option<ParallelConfig>), PairModel>,
     /// What [`TransitionCache::stats`] reports.
     pub(super) stats: CacheStats,
+    /// Per program state of the current call (its layouts, then the pause),
+    /// its column in the tables ([`DistributionStore::slot`]).
+    columns: Vec<usize>,
+    /// Columns per table row: the basis' layouts and the pause.
+    width: usize,
 }
 
 impl DistributionStore {
@@ -220,12 +371,64 @@ impl DistributionStore {
         self.table_entries = 0;
     }
 
-    /// Index of the `(from, to)` table of `key`, created empty with room for
-    /// `entries` slots on first use.
-    pub(super) fn table(&mut self, key: (u32, u32), entries: usize) -> usize {
+    /// Widen every table from `old` layout columns to `new` (the basis gained
+    /// layouts, appended after the old ones): each stored pair keeps its
+    /// distribution, the pause moving to the new last column.
+    fn widen(&mut self, old: usize, new: usize) {
+        let (old_width, new_width) = (old + 1, new + 1);
+        let column = |c: usize| if c == old { new } else { c };
+        let moved_slot = |slot: usize| column(slot / old_width) * new_width + column(slot % old_width);
+        let entries = new_width * new_width;
+        self.table_entries = 0;
+        for table in &mut self.tables {
+            let stored: Vec<(usize, u32)> = match table {
+                PairTable::Dense(slots) => {
+                    slots.iter().enumerate().filter(|&(_, &h)| h != MISSING).map(|(s, &h)| (s, h)).collect()
+                }
+                PairTable::Sparse(map) => map.iter().map(|(&s, &h)| (s, h)).collect(),
+            };
+            *table = if entries <= DENSE_TABLE_MAX {
+                let mut dense = vec![MISSING; entries];
+                for (slot, head) in stored {
+                    dense[moved_slot(slot)] = head;
+                }
+                self.table_entries += entries;
+                PairTable::Dense(dense)
+            } else {
+                self.table_entries += stored.len();
+                PairTable::Sparse(stored.into_iter().map(|(slot, head)| (moved_slot(slot), head)).collect())
+            };
+        }
+    }
+
+    /// Map the program's states (`layouts`, then the pause) to the tables'
+    /// columns (`columns`, every layout they know, then the pause).
+    fn set_columns(&mut self, columns: &[ParallelConfig], layouts: &[ParallelConfig]) {
+        self.width = columns.len() + 1;
+        self.columns.clear();
+        if columns == layouts {
+            self.columns.extend(0..self.width);
+        } else {
+            let position: HashMap<ParallelConfig, usize> =
+                columns.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+            // Every layout of the call is a column (the basis admitted them).
+            self.columns.extend(layouts.iter().map(|c| position.get(c).copied().unwrap_or(columns.len())));
+            self.columns.push(columns.len());
+        }
+    }
+
+    /// The table slot of the transition from state `from` to state `to` of
+    /// the current call (a layout's index, or the pause after them).
+    pub(super) fn slot(&self, from: usize, to: usize) -> usize {
+        self.columns[from] * self.width + self.columns[to]
+    }
+
+    /// Index of the `(from, to)` table of `key`, created empty on first use.
+    pub(super) fn table(&mut self, key: (u32, u32)) -> usize {
         if let Some(&t) = self.keys.get(&key) {
             return t;
         }
+        let entries = self.width * self.width;
         let t = self.tables.len();
         if entries <= DENSE_TABLE_MAX {
             self.tables.push(PairTable::Dense(vec![MISSING; entries]));
@@ -255,22 +458,19 @@ impl DistributionStore {
         }
         self.stats.misses += 1;
         let from_cfg = from.map(|f| ctx.layouts[f].config);
-        let model = match self.models.entry(slot) {
+        let to_cfg = ctx.layouts.get(to).map(|c| c.config);
+        let model = match self.models.entry((from_cfg, to_cfg)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(PairModel::new(
-                ctx.profile,
-                &ctx.recovery,
-                from_cfg,
-                ctx.layouts.get(to).map(|c| c.config),
-            )?),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(PairModel::new(ctx.profile, &ctx.recovery, from_cfg, to_cfg)?)
+            }
         };
         let dist = model.distribution(step.instances_before, step.preempted, step.arrived)?;
-        let lost = lost_samples(ctx.profile, from_cfg, &dist)?;
         let start = self.outs.len();
         self.outs.extend(dist.outcomes.iter().map(|o| OutcomeTerms {
             p: o.probability,
             d: o.duration_ms,
-            lost: if o.lost_work { lost } else { 0.0 },
+            lost: if o.lost_work && from_cfg.is_some() { 1.0 } else { 0.0 },
             abandon: if o.kind == MigrationKind::Restart { o.concurrent_ms } else { f64::INFINITY },
             resets: o.lost_work,
         }));

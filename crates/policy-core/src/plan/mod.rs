@@ -511,7 +511,8 @@ fn plan(
         return Err(LiveputError::UnknownConfig { config });
     }
     let rows = speeds.map(|speeds| speed_rows(&ctx, speeds)).transpose()?;
-    let (store, work) = cache.begin(profile, &options.recovery);
+    let states: Vec<ParallelConfig> = ctx.layouts.iter().map(|l| l.config).collect();
+    let (store, work) = cache.begin(profile, &options.recovery, &states);
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
     let horizon = Horizon {
         mixtures: &mixtures,

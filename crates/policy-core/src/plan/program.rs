@@ -13,7 +13,7 @@ use super::{PlanOptions, Step};
 use super::{PlannedStep, ScoredPlan};
 use crate::ParallelConfig;
 use crate::at_risk::{at_risk_after, rolled_back};
-use crate::liveput::LiveputError;
+use crate::liveput::{LiveputError, lost_work_ms};
 use crate::recovery::{exposed_fleet, pause_exposed_boundaries};
 
 /// One pair of a Pareto front, with its back pointer.
@@ -169,6 +169,9 @@ struct Program<'a> {
     /// The most that can be at risk: the fastest layout's rollback at any
     /// interval's speed ([`crate::at_risk::ceiling`]).
     risk_ceiling: f64,
+    /// Per layout, the samples a restart from it rolls back at the profile's
+    /// speed and cadence ([`crate::liveput::lost_samples`]).
+    lost_units: Vec<f64>,
 }
 
 impl<'a> Program<'a> {
@@ -225,6 +228,10 @@ impl<'a> Program<'a> {
             // `plan` refuses a forced layout outside the profile before this.
             first: options.first.and_then(|c| layouts.iter().position(|k| k.config == c)),
             speeds: horizon.speeds,
+            lost_units: {
+                let lost_work = lost_work_ms(ctx.profile);
+                layouts.iter().map(|l| lost_work * l.thr / 1000.0).collect()
+            },
             risk_ceiling: match horizon.speeds {
                 None => crate::at_risk::ceiling(ctx.profile),
                 Some(speeds) => crate::at_risk::ceiling_at(
@@ -243,16 +250,19 @@ impl<'a> Program<'a> {
         }
     }
 
-    /// How much of the profile's lost work a restart from layout `f` into interval `i`
-    /// loses: the work was trained at `f`'s speed and checkpoint cadence in the interval
-    /// before, and the cached outcomes value it at the profile's.
+    /// Samples a restart from layout `f` into interval `i` rolls back (before
+    /// the work at risk caps it): the profile's lost work at `f`'s speed
+    /// ([`Program::lost_units`]), scaled to the speed and checkpoint cadence
+    /// `f` trained at in the interval before. The stored outcomes only flag a
+    /// loss, so they hold for any speeds and cadence.
     fn lost_scale(&self, i: usize, f: usize) -> f64 {
+        let unit = self.lost_units.get(f).copied().unwrap_or(0.0);
         match self.speeds {
             Some(speeds) if f != self.pause => {
                 let profiled = self.ctx.layouts[f].thr;
-                if profiled > 0.0 { speeds.thr[i][f] / profiled * speeds.lost_factor[i] } else { 0.0 }
+                unit * if profiled > 0.0 { speeds.thr[i][f] / profiled * speeds.lost_factor[i] } else { 0.0 }
             }
-            _ => 1.0,
+            _ => unit,
         }
     }
 
@@ -330,10 +340,9 @@ impl<'a> Program<'a> {
         work: &mut Work,
     ) -> Result<(), LiveputError> {
         let n_states = self.n_states();
-        let base = self.base_states();
         work.scenarios.clear();
         for &(probability, step) in mix {
-            let table = store.table(table_key(step), base * base);
+            let table = store.table(table_key(step));
             work.scenarios.push(ScenarioTable { probability, step, table });
         }
         let before = u64::from(mix.first().map_or(0, |m| m.1.instances_before));
@@ -419,7 +428,6 @@ impl<'a> Program<'a> {
     ) -> Result<(usize, usize), LiveputError> {
         let Work { points, prev, scratch, scenarios, outcomes, live, exposed, exposed_ranges, .. } = work;
         let layouts = &self.ctx.layouts;
-        let base = self.base_states();
         // What the store knows `t` as: a parked pause is a pause.
         let to = t.min(self.pause);
         scratch.clear();
@@ -453,7 +461,7 @@ impl<'a> Program<'a> {
             // A layout that does not fit the instances before the change
             // (inconsistent steps, or `current`) counts as nothing running.
             let from = (f < self.pause && layouts[f].instances <= before).then_some(f);
-            let slot = from.unwrap_or(self.pause) * base + to;
+            let slot = store.slot(from.unwrap_or(self.pause), to);
             outcomes.clear();
             for s in scenarios.iter() {
                 let (o_start, o_len) = store.entry(s.table, slot, self.ctx, s.step, from, to)?;
@@ -477,7 +485,8 @@ impl<'a> Program<'a> {
                 None => Rollbacks { scenarios: &[], lost_scale: 1.0 },
             };
             let preds = &points[start..start + len];
-            let lost_scale = from.map_or(1.0, |f| self.lost_scale(i, f));
+            // A cold start (or a layout that no longer fits) loses nothing.
+            let lost_scale = from.map_or(0.0, |f| self.lost_scale(i, f));
             if t >= self.pause {
                 let pause = Pause {
                     outs: &store.outs,
@@ -513,18 +522,17 @@ impl<'a> Program<'a> {
         exposed.clear();
         exposed_ranges.clear();
         exposed_ranges.resize(self.parked.len(), (0, 0));
-        let base = self.base_states();
         for (k, parked) in self.parked.iter().enumerate() {
             if prev[self.pause + 1 + k].1 == 0 {
                 continue;
             }
             let first = exposed.len();
             let config = self.ctx.layouts[parked.layout].config;
-            let slot = parked.layout * base + self.pause;
+            let slot = store.slot(parked.layout, self.pause);
             for s in scenarios.iter() {
                 let step =
                     Step { instances_before: exposed_fleet(s.step.instances_before, config), ..s.step };
-                let table = store.table(table_key(step), base * base);
+                let table = store.table(table_key(step));
                 let (start, len) =
                     store.entry(table, slot, self.ctx, step, Some(parked.layout), self.pause)?;
                 exposed.push(ScenarioOutcomes { weight: s.probability, start, end: start + len });
@@ -557,20 +565,20 @@ impl<'a> Program<'a> {
         }
         let fleet = u32::try_from(after).unwrap_or(u32::MAX);
         let steady = mixtures(&[Step::between(fleet, fleet, 0)], &[horizon.terminal_churn.to_vec()])?;
-        let base = self.base_states();
         let mut penalties = vec![0.0; self.n_states()];
         for (t, penalty) in penalties.iter_mut().enumerate().take(self.pause) {
             if self.ctx.layouts[t].instances > after {
                 continue;
             }
             let thr = self.ctx.layouts[t].thr;
+            let unit = self.lost_units[t];
             let mut lost = 0.0f64;
             for &(probability, step) in &steady[0] {
-                let table = store.table(table_key(step), base * base);
-                let (start, len) = store.entry(table, t * base + t, self.ctx, step, Some(t), t)?;
-                for o in store.outs[start..start + len].iter().filter(|o| o.lost > 0.0) {
+                let table = store.table(table_key(step));
+                let (start, len) = store.entry(table, store.slot(t, t), self.ctx, step, Some(t), t)?;
+                for o in store.outs[start..start + len].iter().filter(|o| o.lost * unit > 0.0) {
                     let restarting = thr * o.d.min(self.interval_ms) / 1000.0;
-                    lost += probability * o.p * (restarting + o.lost);
+                    lost += probability * o.p * (restarting + o.lost * unit);
                 }
             }
             *penalty = lost / self.interval_ms;

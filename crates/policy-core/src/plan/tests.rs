@@ -540,20 +540,52 @@ fn cache_is_bounded_and_transparent() {
     let mut fresh_calls = 0;
     for _ in 0..40 {
         let (profile, current, carried, steps, interval_ms) = random_case(&mut rng);
-        // The same profile twice in a row, then a new one.
+        // The same profile twice in a row, then a new one: other layouts of
+        // the same pool at the same costs (and another cadence), whose
+        // distributions the big cache carries over.
         for _ in 0..2 {
             let a = best_plan(&profile, current, carried, &steps, interval_ms, &mut big).unwrap();
             let b = best_plan(&profile, current, carried, &steps, interval_ms, &mut tiny).unwrap();
+            let mut fresh = TransitionCache::default();
+            let c = best_plan(&profile, current, carried, &steps, interval_ms, &mut fresh).unwrap();
             assert_eq!(a, b);
+            assert_eq!(a, c);
             fresh_calls += 1;
         }
     }
     let (b, t) = (big.stats(), tiny.stats());
-    assert!(b.clears >= 20 && t.clears > b.clears, "{b:?} {t:?}");
+    assert!(b.carried_over >= 20 && b.clears == 0 && t.clears > 20, "{b:?} {t:?}");
     assert!(b.hits > b.misses, "{b:?}");
     assert_eq!(b.plans, fresh_calls);
     big.clear();
     assert!(big.is_empty());
+}
+
+/// The cache keeps its distributions across profiles of the same costs
+/// (other speeds, another cadence, other layouts listed) and empties itself
+/// when a layout's costs or the recovery differ, each time planning exactly
+/// what a fresh cache plans.
+#[test]
+fn the_cache_follows_the_costs_not_the_speeds() {
+    let steps = [step(4, 1, 0), step(3, 0, 2), step(5, 2, 0)];
+    let plan = |profile: &ModelProfile, cache: &mut TransitionCache| {
+        best_plan(profile, cfg(2, 2), 0.0, &steps, 60_000, cache).unwrap()
+    };
+    let base = toy_profile(&POOL, 120_000.0);
+    let mut faster = toy_profile(&POOL[..6], 30_000.0);
+    for c in &mut faster.configs {
+        c.samples_per_second *= 1.5;
+    }
+    let mut dearer = base.clone();
+    dearer.configs[2].comm_rebuild_add_ms += 1.0;
+    let mut cache = TransitionCache::default();
+    // Fewer layouts first, so the tables widen when the others come.
+    for (profile, clears, carried) in [(&faster, 0, 0), (&base, 0, 1), (&faster, 0, 2), (&dearer, 1, 2)] {
+        let planned = plan(profile, &mut cache);
+        assert_eq!(planned, plan(profile, &mut TransitionCache::default()));
+        let stats = cache.stats();
+        assert_eq!((stats.clears, stats.carried_over), (clears, carried), "{stats:?}");
+    }
 }
 
 /// What the shared table of steps without preemptions relies on.
