@@ -1,16 +1,19 @@
 //! The default policy, guarded liveput, as a guest component decides exactly
 //! as the same code called natively (its shadows, its leader, its plans bit
 //! for bit) on the real profile, under AWS's notice and unannounced, within
-//! half the default fuel budget (a cold start on BERT's 62 layouts too), and it hands over to the reactive candidate
-//! on a fleet where the forecast planner falls behind.
+//! half the default fuel budget (a cold start on BERT's 62 layouts too; a mixed
+//! fleet, whose profile changes with its composition, within the budget), and
+//! it hands over to the reactive candidate on a fleet where the forecast
+//! planner falls behind.
 
 use parcae_e2e_sandbox::{policy_wasm, workspace_root};
 use parcae_policy_core::guard::{Candidate, GuardedLiveput};
 use parcae_policy_core::{
-    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, PredictRequest, Predictor, Recovery,
+    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, PredictRequest, Predictor, Recovery, TypeCount,
 };
 use parcae_profile::{CostConstants, Profile};
 use parcae_runtime::{PolicyInstance, PolicyRuntime, SandboxLimits};
+use parcae_sim::CadenceRule;
 
 fn constants() -> CostConstants {
     CostConstants::load(workspace_root().join("data/profiles/cost-constants.json")).unwrap()
@@ -29,19 +32,31 @@ fn trace(path: &str) -> Vec<IntervalStats> {
 /// they agree bit for bit; returns the largest fuel one call used and how
 /// many intervals the reactive candidate led.
 fn run_guest_against_native(model: &str, all: &[IntervalStats], recovery: Recovery) -> (u64, usize) {
+    let profile = profile(model);
+    run_guest_against_native_by(model, all, recovery, |_| &profile, |_| Vec::new())
+}
+
+/// [`run_guest_against_native`] telling both each interval's profile
+/// (`profile_at`) and its instances by type (`by_type`): a mixed fleet.
+fn run_guest_against_native_by<'p>(
+    what: &str,
+    all: &[IntervalStats],
+    recovery: Recovery,
+    profile_at: impl Fn(usize) -> &'p ModelProfile,
+    by_type: impl Fn(usize) -> Vec<TypeCount>,
+) -> (u64, usize) {
     let runtime = PolicyRuntime::new(SandboxLimits::default()).unwrap();
     let component = runtime.load_file(&policy_wasm("guarded_liveput.wasm")).unwrap();
     assert_eq!(component.exports().world(), "full-policy");
     let mut guest = PolicyInstance::new(component);
     let mut native = GuardedLiveput::default();
-    let profile = profile(model);
     let fleet_max = all.iter().map(|s| s.instances).max().unwrap_or(0);
     let mut fleet_min = u32::MAX;
     let (mut current, mut max_fuel, mut reactive_led) = (None, 0, 0);
     for k in 0..all.len() {
         fleet_min = fleet_min.min(all[k].instances);
         let predict = PredictRequest {
-            history_by_type: Vec::new(),
+            history_by_type: (0..=k).map(&by_type).filter(|t| !t.is_empty()).collect(),
             history: all[..=k].to_vec(),
             horizon: 7,
             interval_ms: 60_000,
@@ -49,25 +64,25 @@ fn run_guest_against_native(model: &str, all: &[IntervalStats], recovery: Recove
             fleet_max,
         };
         let forecast = guest.predict(&predict).expect("guest forecast");
-        assert_eq!(forecast, native.predict(&predict).unwrap(), "{model} interval {k}");
+        assert_eq!(forecast, native.predict(&predict).unwrap(), "{what} interval {k}");
         max_fuel = max_fuel.max(guest.last_fuel_used());
         let mut planned = vec![all[k]];
         planned.extend(forecast);
         let optimize = OptimizeRequest {
-            instances_now_by_type: Vec::new(),
+            instances_now_by_type: by_type(k),
             forecast: planned,
             instances_now: all[k].instances,
             current,
             interval_ms: 60_000,
-            profile: profile.clone(),
+            profile: profile_at(k).clone(),
             recovery,
         };
         let plan = guest.optimize(&optimize).expect("guest plan");
         let expected = native.optimize(&optimize).unwrap();
         assert_eq!(plan.steps.len(), expected.steps.len());
         for (a, b) in plan.steps.iter().zip(&expected.steps) {
-            assert_eq!(a.config, b.config, "{model} interval {k}");
-            assert_eq!(a.expected_samples.to_bits(), b.expected_samples.to_bits(), "{model} interval {k}");
+            assert_eq!(a.config, b.config, "{what} interval {k}");
+            assert_eq!(a.expected_samples.to_bits(), b.expected_samples.to_bits(), "{what} interval {k}");
         }
         max_fuel = max_fuel.max(guest.last_fuel_used());
         reactive_led += usize::from(native.leader() == Candidate::Reactive);
@@ -100,6 +115,48 @@ fn guest_matches_native_within_the_fuel_budget() {
         used.push(format!("{model} {name}: {:.1}%", 100.0 * fuel as f64 / budget as f64));
     }
     println!("heaviest call, share of the fuel budget: {}", used.join(", "));
+}
+
+/// A mixed fleet (the p3 and g4dn traces together, GPT-1.5B, unannounced):
+/// each interval's profile is its composition at the cadence of the losses
+/// seen so far, so the profile changes every few intervals. The planner's
+/// transition cache once emptied itself at each change, and the guest ran out
+/// of fuel at interval 431 three calls running and was quarantined; it keeps
+/// its distributions across compositions now (`plan::cache`).
+#[test]
+fn a_mixed_fleet_stays_within_the_fuel_budget() {
+    use parcae_sim::mixed::{CadencedViews, Compositions, MixedFleet};
+    let budget = SandboxLimits::default().fuel_per_call;
+    let (p3, g4dn) =
+        (trace("data/traces/aws-p3/p3-events.csv"), trace("data/traces/aws-g4dn/g4dn-events.csv"));
+    let slow = Profile::load(workspace_root().join("data/profiles/g4dn-t4-derived.json"))
+        .unwrap()
+        .model_profile("gpt-1.5b", &constants())
+        .unwrap();
+    let fast = profile("gpt-1.5b");
+    let fleet = MixedFleet::new(&[&p3, &g4dn]);
+    let mut compositions = Compositions::new(vec![&fast, &slow]);
+    compositions.prepare(&fleet.counts);
+    let recovery = constants().recovery(0.0).unwrap();
+    let snapshot = constants().checkpoint_snapshot_bytes_per_ms();
+    let views =
+        CadencedViews::new(&compositions, &fleet, CadenceRule::SeenSoFar, 60_000, &recovery, snapshot);
+    let planning = views.planning();
+    let by_type = |k: usize| {
+        fleet.counts[k]
+            .iter()
+            .zip(["p3", "g4dn"])
+            .map(|(&instances, name)| TypeCount { instance_type: name.into(), instances })
+            .collect()
+    };
+    // A call over the budget would fault (the guest's `expect` fails first).
+    // The heaviest uses most of it (87%, interval 431): the first plan on a
+    // fleet size not seen before computes the exact distributions of every
+    // pair of its layouts, 9 to 14 thousand in one call.
+    let (fuel, _) =
+        run_guest_against_native_by("mixed p3 + g4dn", &fleet.series, recovery, |k| planning[k], by_type);
+    assert!(fuel < budget, "the heaviest call used {fuel} of {budget} fuel");
+    println!("mixed fleet, heaviest call: {:.1}% of the fuel budget", 100.0 * fuel as f64 / budget as f64);
 }
 
 /// On the g4dn trace, GPT-1.5B, unannounced, the forecast planner falls
