@@ -247,18 +247,14 @@ fn a_mixed_fleet_of_two_types_is_one_job_priced_per_type() {
         trace.display(),
         data.join("profiles/g4dn-t4-derived.json").display()
     );
-    let stdout = bench(&[
-        "--model",
-        "gpt-1.5b",
-        "--trace",
-        &fast,
-        "--trace",
-        &slow,
-        "--policy",
-        "builtin:reactive",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    // The two types, the reactive policy, the records in `json`, and `extra`.
+    let mixed = |json: &Path, extra: &[&str]| {
+        let mut args = vec!["--model", "gpt-1.5b", "--trace", &fast, "--trace", &slow];
+        args.extend(["--policy", "builtin:reactive", "--json", json.to_str().unwrap()]);
+        args.extend(extra);
+        bench(&args)
+    };
+    let stdout = mixed(&json, &[]);
     assert!(stdout.contains("p3 + g4dn ("), "{stdout}");
     assert!(stdout.contains("note: mixed fleet of p3 + g4dn"), "{stdout}");
     let records = records(&json);
@@ -283,22 +279,7 @@ fn a_mixed_fleet_of_two_types_is_one_job_priced_per_type() {
     // either the Oracle is the best row.
     let oracle_at = |cadence: &str| {
         let json = dir.join(format!("{cadence}.json"));
-        let stdout = bench(&[
-            "--model",
-            "gpt-1.5b",
-            "--trace",
-            &fast,
-            "--trace",
-            &slow,
-            "--notice-seconds",
-            "0",
-            "--cadence",
-            cadence,
-            "--policy",
-            "builtin:reactive",
-            "--json",
-            json.to_str().unwrap(),
-        ]);
+        let stdout = mixed(&json, &["--notice-seconds", "0", "--cadence", cadence]);
         let rows = self::records(&json);
         let oracle = samples(by_policy(&rows, "oracle"));
         for r in rows.iter().filter(|r| r["policy"] != "ideal") {
