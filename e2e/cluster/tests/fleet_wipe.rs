@@ -149,7 +149,8 @@ fn a_fleet_wipe_whose_notice_is_too_short_rolls_back_and_counts_for_the_cadence(
 
 /// The job pauses (a script says so) the interval before the whole fleet is
 /// preempted without notice: a paused job trains nothing, so it writes its
-/// state as it pauses, and the wipe then rolls nothing back; the job resumes
+/// state as it pauses (unless a periodic checkpoint already holds that step),
+/// and the wipe then rolls nothing back; the job resumes
 /// from that checkpoint on the workers that arrive. The cost model prices a
 /// pause so (a loss while paused loses nothing); without the checkpoint the
 /// wipe would roll back to the last periodic one.
@@ -168,15 +169,19 @@ fn a_job_paused_before_an_unannounced_wipe_loses_nothing() {
     let summary = &log["summary"];
     assert_eq!(count(summary, "unannounced_kills"), 4, "{summary}");
     let (_, trained) = committed_before_the_kill(&log);
-    let paused: Vec<&serde_json::Value> =
-        events(&log, "checkpointed").into_iter().filter(|e| e["reason"] == "pause").collect();
-    assert_eq!(paused.len(), 1, "one checkpoint as the job paused: {paused:?}");
-    assert_eq!(
-        paused[0]["step"].as_u64(),
-        Some(trained),
-        "the pause's checkpoint holds every committed step"
-    );
-    assert_eq!(count(summary, "pause_checkpoints"), 1, "{summary}");
+    // The paused state is on disk: written as the job paused, or, when a periodic
+    // checkpoint landed at that very step (a slow machine trains exactly one cadence
+    // in the first interval), by that one, and the pause writes none.
+    let checkpoints = events(&log, "checkpointed");
+    let pauses: Vec<&serde_json::Value> =
+        checkpoints.iter().copied().filter(|e| e["reason"] == "pause").collect();
+    let at_the_pause: Vec<&serde_json::Value> =
+        checkpoints.iter().copied().filter(|e| e["step"].as_u64() == Some(trained)).collect();
+    assert_eq!(at_the_pause.len(), 1, "one checkpoint holds every committed step: {checkpoints:?}");
+    let reason = at_the_pause[0]["reason"].as_str().unwrap();
+    assert!(reason == "pause" || reason == "periodic", "{reason}");
+    assert_eq!(pauses.len(), usize::from(reason == "pause"), "{pauses:?}");
+    assert_eq!(count(summary, "pause_checkpoints"), u64::from(reason == "pause"), "{summary}");
     assert!(events(&log, "rolled-back").is_empty(), "the wipe rolled work back: {summary}");
     assert_eq!(count(summary, "rolled_back_steps_unannounced"), 0, "{summary}");
     let resumed = events(&log, "reconfigured")
