@@ -6,7 +6,7 @@
 //! partitions of their depths, the profile's fixed costs and the recovery
 //! rules, never on a layout's speed or the checkpoint cadence (an outcome only
 //! flags a rollback; the program prices it). So profiles that agree on those
-//! ([`CostBasis`]) share what is stored, whichever layouts each lists: a mixed
+//! (`CostBasis`) share what is stored, whichever layouts each lists: a mixed
 //! fleet's compositions list other layouts at other speeds every few intervals
 //! (202 profile changes in the 647 intervals of the p3 + g4dn fleet), and a
 //! cadence that follows the losses moves every layout's speed. Emptying the
@@ -68,7 +68,7 @@ pub struct CacheStats {
 ///
 /// Distributions are stored per `(instances_before, preempted)` in a table
 /// indexed by `(from, to)` (the distribution does not depend on `arrived`), for
-/// one [`CostBasis`] at a time: a call whose profile differs in its costs
+/// one cost basis (`CostBasis`) at a time: a call whose profile differs in its costs
 /// empties the cache, one that lists other layouts at the same costs keeps
 /// every distribution of the layouts it still lists (the tables are re-indexed
 /// to its layouts), and one that differs only in speeds or cadence keeps
