@@ -40,10 +40,10 @@ pub(super) struct Point {
 pub(super) struct Work {
     /// Arena of every front's pairs.
     points: Vec<Point>,
-    /// `(start, len)` in `points` per interval and state.
-    ranges: Vec<(usize, usize)>,
+    /// Each front's span in `points`, per interval and state.
+    ranges: Vec<Span>,
     /// Fronts of the previous interval, per state.
-    prev: Vec<(usize, usize)>,
+    prev: Vec<Span>,
     /// Candidate pairs with a positive leftover.
     scratch: Vec<Point>,
     /// Per scenario of the current interval: its table of distributions.
@@ -58,6 +58,17 @@ pub(super) struct Work {
     exposed: Vec<ScenarioOutcomes>,
     /// Per parked pause (state `S + 1 + k`): its range in `exposed`.
     exposed_ranges: Vec<(usize, usize)>,
+}
+
+/// Where one front lies in the arena, and the most value any of its pairs
+/// holds: read once per predecessor and state by the skip test, so kept
+/// rather than rescanned (under the work-at-risk rule the most valuable pair
+/// need not be the last).
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    start: usize,
+    len: usize,
+    top: f64,
 }
 
 /// One scenario of an interval and the distribution table of its step.
@@ -315,9 +326,9 @@ impl<'a> Program<'a> {
         let n_states = self.n_states();
         work.points.clear();
         work.ranges.clear();
-        work.ranges.resize(horizon.mixtures.len() * n_states, (0, 0));
+        work.ranges.resize(horizon.mixtures.len() * n_states, Span::default());
         work.prev.clear();
-        work.prev.resize(n_states, (0, 0));
+        work.prev.resize(n_states, Span::default());
         work.points.push(Point {
             value: 0.0,
             leftover: horizon.carried_ms,
@@ -326,7 +337,7 @@ impl<'a> Program<'a> {
             state: self.start_state as u32,
             pred: u32::MAX,
         });
-        work.prev[self.start_state] = (0, 1);
+        work.prev[self.start_state] = Span { start: 0, len: 1, top: 0.0 };
     }
 
     /// Build the fronts of interval `i` (scenarios `mix`, `after` instances
@@ -352,7 +363,7 @@ impl<'a> Program<'a> {
             let range = if self.may_choose(i, t, after) {
                 self.front(i, t, before, store, work)?
             } else {
-                (work.points.len(), 0)
+                Span { start: work.points.len(), len: 0, top: f64::NEG_INFINITY }
             };
             work.ranges[i * n_states + t] = range;
         }
@@ -374,9 +385,9 @@ impl<'a> Program<'a> {
     fn order_predecessors(&self, work: &mut Work) {
         let Work { points, prev, live, .. } = work;
         live.clear();
-        live.extend(self.order.iter().copied().filter(|&f| prev[f].1 > 0));
+        live.extend(self.order.iter().copied().filter(|&f| prev[f].len > 0));
         if self.allowed.is_some() {
-            let peak = |f: usize| points[prev[f].0 + prev[f].1 - 1].value;
+            let peak = |f: usize| points[prev[f].start + prev[f].len - 1].value;
             live.sort_by(|&a, &b| peak(b).total_cmp(&peak(a)));
         }
     }
@@ -417,7 +428,7 @@ impl<'a> Program<'a> {
 
     /// Build the front of state `t` in the current interval (whose change
     /// starts from `before` instances), append it to the arena and return its
-    /// `(start, len)`.
+    /// span.
     fn front(
         &self,
         i: usize,
@@ -425,7 +436,7 @@ impl<'a> Program<'a> {
         before: u64,
         store: &mut DistributionStore,
         work: &mut Work,
-    ) -> Result<(usize, usize), LiveputError> {
+    ) -> Result<Span, LiveputError> {
         let Work { points, prev, scratch, scenarios, outcomes, live, exposed, exposed_ranges, .. } = work;
         let layouts = &self.ctx.layouts;
         // What the store knows `t` as: a parked pause is a pause.
@@ -437,7 +448,7 @@ impl<'a> Program<'a> {
         // a reset under the rule, else every pair's is infinite.
         let least_at_risk = if self.capped() { 0.0 } else { f64::INFINITY };
         for f in self.predecessors(live, t) {
-            let (start, len) = prev[f];
+            let Span { start, len, top } = prev[f];
             if len == 0 || !self.leads_to(f, t, before) {
                 continue;
             }
@@ -447,14 +458,8 @@ impl<'a> Program<'a> {
             // skip it before looking up (or computing) its transition. Exact:
             // the plan is the same, only faster. Without the work-at-risk rule
             // a front's values rise along it; under it a later pair may be worth
-            // less (it risks less), so the whole front is read.
-            let front = &points[start..start + len];
-            let most = if self.capped() {
-                front.iter().map(|p| p.value).fold(f64::NEG_INFINITY, f64::max)
-            } else {
-                front[len - 1].value
-            };
-            if found.dominated(most + bound, least_at_risk) {
+            // less (it risks less): the span keeps the front's most.
+            if found.dominated(top + bound, least_at_risk) {
                 store.stats.pruned += 1;
                 continue;
             }
@@ -523,7 +528,7 @@ impl<'a> Program<'a> {
         exposed_ranges.clear();
         exposed_ranges.resize(self.parked.len(), (0, 0));
         for (k, parked) in self.parked.iter().enumerate() {
-            if prev[self.pause + 1 + k].1 == 0 {
+            if prev[self.pause + 1 + k].len == 0 {
                 continue;
             }
             let first = exposed.len();
@@ -597,7 +602,7 @@ impl<'a> Program<'a> {
             .filter(|&f| f != self.pause)
             .chain(self.order.iter().copied().filter(|&f| f != self.start_state || f == self.pause));
         for f in final_order {
-            let (start, len) = work.prev[f];
+            let Span { start, len, .. } = work.prev[f];
             for k in start..start + len {
                 let p = &points[k];
                 let better = best.is_none_or(|b| {
@@ -884,7 +889,7 @@ const ROUNDING: f64 = 1e-11;
 /// Append the front to the arena: the best pair without leftover, then, in
 /// order of leftover (and work at risk), the pairs no pair before them
 /// dominates (without the work-at-risk rule: strictly more value), thinned to
-/// `max_front` pairs (both ends kept). Returns its `(start, len)`.
+/// `max_front` pairs (both ends kept). Returns its span.
 fn commit_front(
     points: &mut Vec<Point>,
     best: Option<Point>,
@@ -892,7 +897,7 @@ fn commit_front(
     max_front: usize,
     capped: bool,
     stats: &mut CacheStats,
-) -> (usize, usize) {
+) -> Span {
     let base = points.len();
     let mut top = f64::NEG_INFINITY;
     if let Some(b) = best {
@@ -929,5 +934,7 @@ fn commit_front(
         }
         points.truncate(base + max_front);
     }
-    (base, points.len() - base)
+    // Thinning may drop the most valuable pair: read what is kept.
+    let top = points[base..].iter().map(|p| p.value).fold(f64::NEG_INFINITY, f64::max);
+    Span { start: base, len: points.len() - base, top }
 }
