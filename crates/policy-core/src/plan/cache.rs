@@ -161,16 +161,17 @@ impl TransitionCache {
         match self.basis.as_mut().filter(|_| fits) {
             Some(basis) => {
                 // Layouts new to the basis get columns of their own; every
-                // stored distribution keeps its pair.
-                let known: std::collections::HashSet<ParallelConfig> =
-                    basis.layouts.iter().copied().collect();
-                let added: Vec<ParallelConfig> =
-                    layouts.iter().copied().filter(|c| !known.contains(c)).collect();
-                if !added.is_empty() {
-                    self.store.widen(basis.layouts.len(), basis.layouts.len() + added.len());
-                    basis.layouts.extend(added);
-                }
+                // stored distribution keeps its pair. (The last call's
+                // layouts are all columns already.)
                 if self.last_layouts != layouts {
+                    let known: std::collections::HashSet<ParallelConfig> =
+                        basis.layouts.iter().copied().collect();
+                    let added: Vec<ParallelConfig> =
+                        layouts.iter().copied().filter(|c| !known.contains(c)).collect();
+                    if !added.is_empty() {
+                        self.store.widen(basis.layouts.len(), basis.layouts.len() + added.len());
+                        basis.layouts.extend(added);
+                    }
                     self.store.stats.carried_over += 1;
                 }
             }
@@ -185,6 +186,7 @@ impl TransitionCache {
                     costs: HashMap::new(),
                     partitions: HashMap::new(),
                     layouts: layouts.to_vec(),
+                    seen: std::collections::HashSet::new(),
                 };
                 // A profile that does not agree with itself (a layout listed
                 // twice at other costs, a depth without its partition) keeps
@@ -216,6 +218,9 @@ struct CostBasis {
     /// Every layout seen under the basis, in the order first seen: the
     /// tables' columns (the pause after them).
     layouts: Vec<ParallelConfig>,
+    /// Scratch for [`CostBasis::admits`]: the layouts of the profile read so
+    /// far.
+    seen: std::collections::HashSet<ParallelConfig>,
 }
 
 impl CostBasis {
@@ -223,16 +228,17 @@ impl CostBasis {
     /// under `recovery`; the layouts and depths `profile` adds join the basis.
     fn admits(&mut self, profile: &ModelProfile, recovery: &Recovery) -> bool {
         if *recovery != self.recovery
-            || FixedCosts::of(profile) != self.fixed
+            || !self.fixed.matches(profile)
             || !(profile.checkpoint_interval_ms.is_finite() && profile.checkpoint_interval_ms >= 0.0)
         {
             return false;
         }
+        // The cost model reads a layout's first entry and its depth's first
+        // partition; later ones are skipped. One pass (this runs on every
+        // planning call, the guest's included).
+        self.seen.clear();
         for entry in &profile.configs {
-            // The cost model reads a layout's first entry and its depth's
-            // first partition.
-            let first = profile.config(entry.config).is_some_and(|f| std::ptr::eq(f, entry));
-            if !first {
+            if !self.seen.insert(entry.config) {
                 continue;
             }
             let costs = (entry.comm_rebuild_add_ms, entry.comm_rebuild_remove_ms, entry.model_build_ms);
@@ -243,8 +249,12 @@ impl CostBasis {
             let Some(partition) = profile.partitions.iter().find(|p| p.pipeline_stages == depth) else {
                 return false;
             };
-            if *self.partitions.entry(depth).or_insert_with(|| partition.clone()) != *partition {
-                return false;
+            match self.partitions.get(&depth) {
+                Some(known) if known != partition => return false,
+                Some(_) => {}
+                None => {
+                    self.partitions.insert(depth, partition.clone());
+                }
             }
         }
         true
@@ -264,6 +274,22 @@ struct FixedCosts {
 
 impl FixedCosts {
     fn of(profile: &ModelProfile) -> Self {
+        let (model, batches, transfer_curve, times) = Self::fields(profile);
+        FixedCosts { model: model.to_string(), batches, transfer_curve: transfer_curve.to_vec(), times }
+    }
+
+    /// Whether `profile` has these costs; compared field by field, nothing
+    /// cloned (this runs on every planning call).
+    fn matches(&self, profile: &ModelProfile) -> bool {
+        let (model, batches, transfer_curve, times) = Self::fields(profile);
+        self.model == model
+            && self.batches == batches
+            && self.transfer_curve == transfer_curve
+            && self.times == times
+    }
+
+    /// The fixed fields of `profile`, borrowed.
+    fn fields(profile: &ModelProfile) -> (&str, (u32, u32), &[crate::TransferPoint], [f64; 4]) {
         // Every field named, so a new one must be placed here or above.
         let ModelProfile {
             model,
@@ -278,12 +304,12 @@ impl FixedCosts {
             checkpoint_restart_ms,
             checkpoint_interval_ms: _,
         } = profile;
-        FixedCosts {
-            model: model.clone(),
-            batches: (*global_batch_size, *micro_batch_size),
-            transfer_curve: transfer_curve.clone(),
-            times: [*rendezvous_ms, *process_start_ms, *add_extra_ms, *checkpoint_restart_ms],
-        }
+        (
+            model,
+            (*global_batch_size, *micro_batch_size),
+            transfer_curve,
+            [*rendezvous_ms, *process_start_ms, *add_extra_ms, *checkpoint_restart_ms],
+        )
     }
 }
 
