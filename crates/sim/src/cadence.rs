@@ -153,15 +153,23 @@ impl CheckpointCosts {
     /// `profile` checkpointing every `cadence_ms`: its rollbacks and the
     /// throughput its checkpoints leave.
     fn apply(&self, profile: &ModelProfile, cadence_ms: f64) -> ModelProfile {
-        let mut adjusted = profile.clone();
-        adjusted.checkpoint_interval_ms = rollback_interval_ms(cadence_ms, self.write_ms, self.asynchronous);
-        let keep = 1.0 - self.cost_ms / cadence_ms;
-        for config in &mut adjusted.configs {
-            config.samples_per_second *= keep;
+        let rollback_ms = rollback_interval_ms(cadence_ms, self.write_ms, self.asynchronous);
+        checkpointing(profile, rollback_ms, 1.0 - self.cost_ms / cadence_ms)
+    }
+}
+
+/// `profile` under a cadence whose rollbacks lose `rollback_ms` and whose
+/// writes leave `keep` of the throughput, which every layout pays alike.
+pub(crate) fn checkpointing(profile: &ModelProfile, rollback_ms: f64, keep: f64) -> ModelProfile {
+    let mut adjusted = profile.clone();
+    adjusted.checkpoint_interval_ms = rollback_ms;
+    for config in &mut adjusted.configs {
+        config.samples_per_second *= keep;
+        if config.iteration_ms > 0.0 {
             config.iteration_ms /= keep;
         }
-        adjusted
     }
+    adjusted
 }
 
 /// Which losses the deployment's checkpoint cadence follows.

@@ -302,15 +302,7 @@ impl CadencedViews {
 /// every composition pays alike.
 fn at_cadence_of(view: &ModelProfile, union: &ModelProfile, cadenced: &ModelProfile) -> ModelProfile {
     let keep = crate::cadence::throughput_kept(union, cadenced);
-    let mut adjusted = view.clone();
-    adjusted.checkpoint_interval_ms = cadenced.checkpoint_interval_ms;
-    for c in &mut adjusted.configs {
-        c.samples_per_second *= keep;
-        if c.iteration_ms > 0.0 {
-            c.iteration_ms /= keep;
-        }
-    }
-    adjusted
+    crate::cadence::checkpointing(view, cadenced.checkpoint_interval_ms, keep)
 }
 
 /// The scoring view of each interval of `fleet` ([`Compositions::prepare`]d for it).
