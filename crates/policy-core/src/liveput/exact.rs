@@ -28,6 +28,20 @@ struct Hyper {
     /// Stage-holder preemptions `c <= split` leave enough holders for the new
     /// layout (type remove); `None`: it always needs new members (type add).
     split: Option<u64>,
+    /// The dynamic program's rows, reused by every [`Hyper::run`] of one
+    /// distribution (a sweep runs one per threshold; in a guest each
+    /// allocation costs fuel).
+    rows: std::cell::RefCell<Rows>,
+}
+
+/// The running sums of [`Hyper::run`]: masses and moments by count, current
+/// and next stage.
+#[derive(Default)]
+struct Rows {
+    cur: Vec<f64>,
+    next: Vec<f64>,
+    cur_m: Vec<f64>,
+    next_m: Vec<f64>,
 }
 
 impl Hyper {
@@ -40,6 +54,7 @@ impl Hyper {
             w: binomial_weights(d_old, n, instances),
             spare: binomial_weights(spares, n, instances),
             split: (holders as u64).checked_sub(new_slots),
+            rows: std::cell::RefCell::default(),
         }
     }
 
@@ -58,10 +73,15 @@ impl Hyper {
         let n = self.n;
         let kmax = self.w.len() - 1;
         let spare_max = self.spare.len() - 1;
-        let mut cur = vec![0.0f64; n + 1];
-        let mut next = vec![0.0f64; n + 1];
-        let mut cur_m = vec![0.0f64; if value.is_some() { n + 1 } else { 0 }];
-        let mut next_m = cur_m.clone();
+        let mut rows = self.rows.borrow_mut();
+        let Rows { cur, next, cur_m, next_m } = &mut *rows;
+        let moments = if value.is_some() { n + 1 } else { 0 };
+        for (row, len) in
+            [(&mut *cur, n + 1), (&mut *next, n + 1), (&mut *cur_m, moments), (&mut *next_m, moments)]
+        {
+            row.clear();
+            row.resize(len, 0.0);
+        }
         cur[0] = 1.0;
         let (mut lo, mut hi) = (0usize, 0usize);
         for j in 0..self.stages {
@@ -97,8 +117,8 @@ impl Hyper {
                     }
                 }
             }
-            std::mem::swap(&mut cur, &mut next);
-            std::mem::swap(&mut cur_m, &mut next_m);
+            std::mem::swap(cur, next);
+            std::mem::swap(cur_m, next_m);
             lo = new_lo;
             hi = new_hi;
         }
