@@ -152,10 +152,11 @@ fn a_mixed_fleet_stays_within_the_fuel_budget() {
     // A call over the budget would fault (the guest's `expect` fails first).
     // The heaviest uses most of it (87%, interval 431): the first plan on a
     // fleet size not seen before computes the exact distributions of every
-    // pair of its layouts, 9 to 14 thousand in one call.
+    // pair of its layouts, about 9 thousand in one call. The bound keeps a
+    // margin: a change that eats it fails here before a deployment faults.
     let (fuel, _) =
         run_guest_against_native_by("mixed p3 + g4dn", &fleet.series, recovery, |k| planning[k], by_type);
-    assert!(fuel < budget, "the heaviest call used {fuel} of {budget} fuel");
+    assert!(fuel < budget / 20 * 19, "the heaviest call used {fuel} of {budget} fuel (over 95%)");
     println!("mixed fleet, heaviest call: {:.1}% of the fuel budget", 100.0 * fuel as f64 / budget as f64);
 }
 
