@@ -800,7 +800,7 @@ pub fn transition_distribution_in(
 ) -> Result<TransitionDistribution, LiveputError> {
     check_transition(from, instances_before, preempted, arrived, to)?;
     let model = plan::Model::new(profile, recovery, from, to)?;
-    exact::distribution(&model, instances_before, preempted, arrived, mode)
+    exact::distribution(&model, instances_before, preempted, arrived, mode, exact::Bytes::Mean)
 }
 
 /// The cost model of one `from -> to` pair, which does not depend on the
@@ -822,16 +822,25 @@ impl PairModel {
         plan::Model::new(profile, recovery, from, to).map(PairModel)
     }
 
-    /// Exactly [`transition_distribution_under`] of the pair (same checks,
-    /// same numbers).
-    pub(crate) fn distribution(
+    /// Exactly the outcomes of [`transition_distribution_under`] of the pair
+    /// (same checks, same numbers), without its expected bytes, which the
+    /// planner does not read and which cost two more dynamic programs.
+    pub(crate) fn outcomes(
         &self,
         instances_before: u32,
         preempted: u32,
         arrived: u32,
-    ) -> Result<TransitionDistribution, LiveputError> {
+    ) -> Result<Vec<Outcome>, LiveputError> {
         check_transition(self.0.from, instances_before, preempted, arrived, self.0.to)?;
-        exact::distribution(&self.0, instances_before, preempted, arrived, MigrationMode::Live)
+        let dist = exact::distribution(
+            &self.0,
+            instances_before,
+            preempted,
+            arrived,
+            MigrationMode::Live,
+            exact::Bytes::Skip,
+        )?;
+        Ok(dist.outcomes)
     }
 }
 

@@ -193,15 +193,29 @@ fn sorted_distinct(mut values: Vec<f64>) -> Vec<f64> {
     values
 }
 
+/// Whether [`distribution`] also computes the expected bytes moved: reports
+/// want them, the planner reads only the outcomes (and the bytes cost two
+/// more dynamic programs per distribution).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bytes {
+    /// Compute [`TransitionDistribution::mean_bytes`].
+    Mean,
+    /// Leave it out (0 where it would need the dynamic programs): only the
+    /// outcomes are read.
+    Skip,
+}
+
 /// The exact outcome distribution of `model` with `preempted` of
 /// `instances_before` instances taken and `arrived` joining (counts already
-/// checked by the caller), when the job reconfigures as `mode` says.
+/// checked by the caller), when the job reconfigures as `mode` says; its
+/// expected bytes as `bytes` says (the outcomes are the same either way).
 pub(super) fn distribution(
     model: &Model,
     instances_before: u32,
     preempted: u32,
     arrived: u32,
     mode: MigrationMode,
+    bytes_wanted: Bytes,
 ) -> Result<TransitionDistribution, LiveputError> {
     let single = |kind, duration_ms, concurrent_ms, mean_bytes| TransitionDistribution {
         outcomes: vec![Outcome { probability: 1.0, kind, duration_ms, lost_work: false, concurrent_ms }],
@@ -348,6 +362,9 @@ pub(super) fn distribution(
     for ty in 0..2 {
         push(checkpointed[ty], MigrationKind::Restart, restart_ms(ty), false, reconfigure[ty]);
         push(rolled_back[ty], MigrationKind::Restart, restart_ms(ty), true, reconfigure[ty]);
+    }
+    if bytes_wanted == Bytes::Skip {
+        return Ok(TransitionDistribution { outcomes, mean_bytes });
     }
     // Bytes: the live migrations that stay below the restart's cost move
     // their transfers, every restart loads the checkpoint.

@@ -1116,3 +1116,42 @@ fn restart_liveput_carries_as_the_artifact() {
         Err(LiveputError::BadTime { .. })
     ));
 }
+
+/// The planner's cache reads a pair's outcomes without their expected bytes
+/// (`PairModel::outcomes`, which skips the bytes' dynamic programs): the
+/// same outcomes, bit for bit, as the full distribution, for every pair of
+/// a profile, preemptions from none to the whole fleet, arrivals and every
+/// recovery rule (cold starts, pauses, same-depth moves, repartitions).
+#[test]
+fn the_planners_outcomes_are_the_full_distributions() {
+    let configs = all_configs(12, 6);
+    for (params, name) in [(SMALL.to_vec(), "small"), (gpt_params(), "gpt")] {
+        let profile = profile_with(&params, &configs);
+        let layouts: Vec<Option<ParallelConfig>> =
+            std::iter::once(None).chain(configs.iter().map(|&(d, p)| cfg(d, p))).collect();
+        for recovery in RECOVERIES {
+            for &from in &layouts {
+                for &to in &layouts {
+                    let pair = PairModel::new(&profile, &recovery, from, to).unwrap();
+                    let before = from.map_or(0, |c| u32::try_from(c.instances()).unwrap()).max(1) + 2;
+                    for preempted in 0..=before {
+                        let arrived = u32::from(preempted % 2 == 1);
+                        let full = transition_distribution_under(
+                            &profile, &recovery, from, before, preempted, arrived, to,
+                        );
+                        let outcomes = pair.outcomes(before, preempted, arrived);
+                        match (full, outcomes) {
+                            (Ok(full), Ok(outcomes)) => assert_eq!(
+                                format!("{:?}", full.outcomes),
+                                format!("{outcomes:?}"),
+                                "{name} {recovery:?} {from:?} -> {to:?}, {preempted} of {before} preempted"
+                            ),
+                            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                            (a, b) => panic!("{name} {from:?} -> {to:?}: {a:?} against {b:?}"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -491,9 +491,9 @@ impl DistributionStore {
                 e.insert(PairModel::new(ctx.profile, &ctx.recovery, from_cfg, to_cfg)?)
             }
         };
-        let dist = model.distribution(step.instances_before, step.preempted, step.arrived)?;
+        let outcomes = model.outcomes(step.instances_before, step.preempted, step.arrived)?;
         let start = self.outs.len();
-        self.outs.extend(dist.outcomes.iter().map(|o| OutcomeTerms {
+        self.outs.extend(outcomes.iter().map(|o| OutcomeTerms {
             p: o.probability,
             d: o.duration_ms,
             lost: if o.lost_work && from_cfg.is_some() { 1.0 } else { 0.0 },
