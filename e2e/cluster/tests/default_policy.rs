@@ -59,7 +59,15 @@ fn the_default_policy_answers_every_call_of_a_run_with_notices() {
         + summary["rolled_back_samples_notice_too_short"].as_f64().unwrap();
     assert_eq!(measured_samples, summary["samples"].as_f64().unwrap() - rolled_back, "{fidelity}");
     assert!(fidelity["layout_agreement"].as_f64().is_some_and(|a| (0.0..=1.0).contains(&a)), "{fidelity}");
+    // Priced with the embedded profile and constants (no --profile, no
+    // --cost-constants): the summary says so, in the record and to the reader.
+    assert_eq!(
+        fidelity["not_measured_here"],
+        serde_json::json!(["the embedded example profile", "the embedded cost constants"]),
+        "{fidelity}"
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("simulated vs measured"), "{stdout}");
+    assert!(stdout.contains("not measured on this machine"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -74,6 +74,11 @@ pub struct Fidelity {
     /// Intervals whose preemptions the simulator scored with the run's own victims (which
     /// stage each preempted worker held); the others, in expectation over the victims.
     pub realized_intervals: usize,
+    /// The inputs the simulator priced the run with that were not measured on this
+    /// deployment (the embedded example profile, the embedded cost constants): its
+    /// simulated times are theirs, so a reader is told why they differ and what measures
+    /// this one.
+    pub not_measured_here: Vec<String>,
 }
 
 /// What [`predict`] needs besides the events.
@@ -421,6 +426,7 @@ pub fn predict(
         disagreements,
         adjusted_intervals,
         realized_intervals,
+        not_measured_here: Vec::new(),
     };
     Ok((fidelity, result))
 }
@@ -489,7 +495,17 @@ impl std::fmt::Display for Fidelity {
             self.layouts_agree,
             self.intervals,
             self.layout_agreement * 100.0
-        )
+        )?;
+        if !self.not_measured_here.is_empty() {
+            write!(
+                f,
+                "\n    priced with {}, not measured on this machine: the simulated times are those \
+                 inputs', not this deployment's; `parcae-host profile` measures it (README, \
+                 \"Does the simulator predict the run?\")",
+                self.not_measured_here.join(" and ")
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -685,5 +701,36 @@ mod tests {
                 Some(ParallelConfig::new(1, 4))
             ]
         );
+    }
+
+    /// A run priced with inputs measured elsewhere (the embedded example profile and the
+    /// artifact's cost constants, as `scripts/run.sh` runs) shows time migrating off by
+    /// orders of magnitude; the summary says why and what measures this machine, and
+    /// says nothing when both were given.
+    #[test]
+    fn the_summary_names_inputs_not_measured_here() {
+        let mut fidelity = Fidelity {
+            interval_ms: 4_000,
+            intervals: 2,
+            comparisons: vec![Comparison::new("time migrating (job running)", "s", 0.5, 60.0)],
+            layouts_agree: 2,
+            layout_agreement: 1.0,
+            disagreements: Vec::new(),
+            adjusted_intervals: 0,
+            realized_intervals: 0,
+            not_measured_here: Vec::new(),
+        };
+        let measured = fidelity.to_string();
+        assert!(!measured.contains("not measured"), "{measured}");
+        fidelity.not_measured_here =
+            vec!["the embedded example profile".into(), "the embedded cost constants".into()];
+        let text = fidelity.to_string();
+        assert!(
+            text.contains(
+                "priced with the embedded example profile and the embedded cost constants, not measured on this machine"
+            ) && text.contains("`parcae-host profile` measures it"),
+            "{text}"
+        );
+        assert!(text.starts_with(&measured), "the note comes after the table");
     }
 }

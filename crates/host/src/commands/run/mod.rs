@@ -466,7 +466,13 @@ fn predict_run(
             |mut policy| fidelity::predict(&inputs, log.events(), &mut policy).map_err(|e| e.to_string()),
         );
     match predicted {
-        Ok((fidelity, result)) => {
+        Ok((mut fidelity, result)) => {
+            if args.profile.profile.is_none() {
+                fidelity.not_measured_here.push("the embedded example profile".to_string());
+            }
+            if args.profile.cost_constants.is_none() {
+                fidelity.not_measured_here.push("the embedded cost constants".to_string());
+            }
             let Some(context) = log.context() else { return };
             let simulated = fidelity::simulated_record(context, &control, &result.totals);
             log.set_fidelity(fidelity, simulated);
