@@ -387,6 +387,9 @@ impl<'a> Program<'a> {
         live.clear();
         live.extend(self.order.iter().copied().filter(|&f| prev[f].len > 0));
         if self.allowed.is_some() {
+            // The last pair, not the span's `top`: under pruning this rank also
+            // decides which predecessors are tried at all (`tries_predecessor`),
+            // so ranking by `top` would change plans, not only their speed.
             let peak = |f: usize| points[prev[f].start + prev[f].len - 1].value;
             live.sort_by(|&a, &b| peak(b).total_cmp(&peak(a)));
         }
