@@ -40,6 +40,12 @@ pub struct PolicyHealth {
     pub optimizer_fallbacks: u64,
     /// Faults of both interfaces.
     pub faults: u64,
+    /// Fuel the heaviest forecast the guest answered burned.
+    pub predictor_heaviest_fuel: u64,
+    /// Fuel the heaviest plan the guest answered burned.
+    pub optimizer_heaviest_fuel: u64,
+    /// The fuel budget of one call (`--fuel`; 0 when the guest never answered).
+    pub fuel_per_call: u64,
     /// Human-readable counters (`predictor: ...; optimizer: ...`).
     pub summary: String,
 }
@@ -52,10 +58,46 @@ impl PolicyHealth {
             optimizer_guest_answers: optimizer.guest_answers,
             optimizer_fallbacks: optimizer.fallbacks,
             faults: predictor.total_faults() + optimizer.total_faults(),
+            predictor_heaviest_fuel: predictor.heaviest_fuel,
+            optimizer_heaviest_fuel: optimizer.heaviest_fuel,
+            fuel_per_call: predictor.fuel_per_call.max(optimizer.fuel_per_call),
             summary: format!("predictor: {predictor}; optimizer: {optimizer}"),
         }
     }
+
+    /// The notes a table prints under `policy`'s row: its faults when it had
+    /// any, and how close its heaviest call came to the fuel budget (a call
+    /// over it is answered by the fallback, so a policy near it is one larger
+    /// fleet or profile away from falling back).
+    pub fn notes(&self, policy: &str) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.faults > 0 {
+            notes.push(format!("{policy}: {}", self.summary));
+        }
+        let heaviest = self.predictor_heaviest_fuel.max(self.optimizer_heaviest_fuel);
+        if self.fuel_per_call > 0 {
+            let call = if self.optimizer_heaviest_fuel >= self.predictor_heaviest_fuel {
+                "plan"
+            } else {
+                "forecast"
+            };
+            let percent = 100.0 * heaviest as f64 / self.fuel_per_call as f64;
+            let warning = if percent >= NEAR_THE_FUEL_BUDGET_PERCENT {
+                "; close to the budget: a call over it falls back to the built-in policy (raise --fuel or lighten the policy)"
+            } else {
+                ""
+            };
+            notes.push(format!(
+                "{policy}: its heaviest call (a {call}) used {percent:.1}% of the fuel budget ({heaviest} of {} units, --fuel){warning}",
+                self.fuel_per_call
+            ));
+        }
+        notes
+    }
 }
+
+/// A heaviest call at or above this share of the fuel budget gets a warning.
+const NEAR_THE_FUEL_BUDGET_PERCENT: f64 = 80.0;
 
 /// One (trace, policy) line of `--json` and `--csv`: every figure, flat.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -130,6 +172,12 @@ pub struct BenchRecord {
     pub optimizer_fallbacks: Option<u64>,
     /// Faults of both interfaces.
     pub policy_faults: Option<u64>,
+    /// Fuel the heaviest forecast the guest answered burned.
+    pub predictor_heaviest_fuel: Option<u64>,
+    /// Fuel the heaviest plan the guest answered burned.
+    pub optimizer_heaviest_fuel: Option<u64>,
+    /// The fuel budget of one policy call.
+    pub fuel_per_call: Option<u64>,
     /// Recorded layouts not in the profile.
     pub artifact_not_profiled: Option<usize>,
     /// Recorded layouts larger than the fleet.
@@ -200,6 +248,9 @@ impl BenchRecord {
             optimizer_guest_answers: None,
             optimizer_fallbacks: None,
             policy_faults: None,
+            predictor_heaviest_fuel: None,
+            optimizer_heaviest_fuel: None,
+            fuel_per_call: None,
             artifact_not_profiled: None,
             artifact_does_not_fit: None,
             artifact_missing_intervals: None,
@@ -229,4 +280,40 @@ pub fn write_csv(records: &[BenchRecord], path: &Path) -> anyhow::Result<()> {
         writer.serialize(record).with_context(|| format!("writing {}", path.display()))?;
     }
     writer.flush().with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(predictor: u64, optimizer: u64, faults: u64) -> PolicyHealth {
+        PolicyHealth {
+            predictor_guest_answers: 10,
+            predictor_fallbacks: 0,
+            optimizer_guest_answers: 10,
+            optimizer_fallbacks: faults,
+            faults,
+            predictor_heaviest_fuel: predictor,
+            optimizer_heaviest_fuel: optimizer,
+            fuel_per_call: 1_000,
+            summary: "counters".into(),
+        }
+    }
+
+    #[test]
+    fn the_notes_say_how_near_the_fuel_budget_a_policy_runs() {
+        let calm = health(10, 250, 0).notes("p.wasm");
+        assert_eq!(
+            calm,
+            ["p.wasm: its heaviest call (a plan) used 25.0% of the fuel budget (250 of 1000 units, --fuel)"]
+        );
+        let near = health(800, 20, 2).notes("p.wasm");
+        assert_eq!(near[0], "p.wasm: counters");
+        assert!(near[1].starts_with("p.wasm: its heaviest call (a forecast) used 80.0% "), "{near:?}");
+        assert!(near[1].contains("close to the budget"), "{near:?}");
+        assert!(!health(10, 799, 0).notes("p.wasm")[0].contains("close to the budget"));
+        // A guest that never answered has no heaviest call to report.
+        let silent = PolicyHealth { fuel_per_call: 0, ..health(0, 0, 3) };
+        assert_eq!(silent.notes("p.wasm"), ["p.wasm: counters"]);
+    }
 }

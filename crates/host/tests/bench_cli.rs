@@ -121,6 +121,17 @@ fn demo_trace_table_json_csv_and_svg() {
     assert_eq!(samples(policy), samples(by_policy(&records, "reactive")));
     assert_eq!(policy["policy_faults"], 0);
     assert_eq!(policy["optimizer_guest_answers"], 60);
+    // Fuel is counted per instruction, so the heaviest call is the same every run.
+    let heaviest = policy["optimizer_heaviest_fuel"].as_u64().unwrap();
+    assert!(heaviest > 0 && heaviest < policy["fuel_per_call"].as_u64().unwrap(), "{policy}");
+    assert!(policy["predictor_heaviest_fuel"].as_u64().is_some_and(|f| f > 0), "{policy}");
+    assert!(by_policy(&records, "reactive")["optimizer_heaviest_fuel"].is_null());
+    let fuel_note = format!("of the fuel budget ({heaviest} of 2000000000 units, --fuel)");
+    assert!(
+        stdout.contains("builtin:reactive: its heaviest call (a plan) used ") && stdout.contains(&fuel_note),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("close to the budget"), "{stdout}");
     assert_eq!(by_policy(&records, "ideal")["pct_of_ideal"].as_f64().map(f64::round), Some(100.0));
     assert_eq!(by_policy(&records, "oracle")["pct_of_oracle"].as_f64().map(f64::round), Some(100.0));
 

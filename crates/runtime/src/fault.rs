@@ -83,10 +83,28 @@ pub struct FaultCounts {
     pub guest_answers: u64,
     /// Calls answered by the fallback policy.
     pub fallbacks: u64,
+    /// Fuel the heaviest call the guest answered burned: how close the policy
+    /// runs to its budget, where a call over it falls back (0 before any answer).
+    pub heaviest_fuel: u64,
+    /// The fuel budget of each call (0 before any answer).
+    pub fuel_per_call: u64,
     by_kind: [u64; FaultKind::ALL.len()],
 }
 
 impl FaultCounts {
+    pub(crate) fn answered(&mut self, fuel_used: u64, fuel_per_call: u64) {
+        self.guest_answers += 1;
+        self.heaviest_fuel = self.heaviest_fuel.max(fuel_used);
+        self.fuel_per_call = fuel_per_call;
+    }
+
+    /// The heaviest answered call's share of the budget, in percent (`None`
+    /// before the guest answered).
+    pub fn heaviest_fuel_percent(&self) -> Option<f64> {
+        (self.guest_answers > 0 && self.fuel_per_call > 0)
+            .then(|| 100.0 * self.heaviest_fuel as f64 / self.fuel_per_call as f64)
+    }
+
     pub(crate) fn record(&mut self, kind: FaultKind) {
         self.fallbacks += 1;
         self.by_kind[kind as usize] += 1;

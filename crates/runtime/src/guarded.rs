@@ -138,7 +138,7 @@ pub(crate) fn guarded_call<T>(
     match call(instance) {
         Ok(value) => {
             slot.streak = 0;
-            slot.counts.guest_answers += 1;
+            slot.counts.answered(instance.last_fuel_used(), instance.component().limits.fuel_per_call);
             Ok(value)
         }
         Err(fault) => {

@@ -40,6 +40,10 @@ fn the_default_policy_answers_every_call_of_a_run_with_notices() {
     assert_eq!(health["policy_faults"], 0, "the default policy faulted: {health}");
     assert_eq!(health["optimizer_fallbacks"], 0, "{health}");
     assert!(health["optimizer_guest_answers"].as_u64().is_some_and(|n| n >= 10), "{health}");
+    // How close the guest ran to its fuel budget: some fuel, within the budget.
+    let budget = health["fuel_per_call"].as_u64().expect("the run records the fuel budget");
+    let heaviest = health["optimizer_heaviest_fuel"].as_u64().expect("the run records the heaviest plan");
+    assert!(heaviest > 0 && heaviest < budget, "{health}");
     // The run's prediction of itself, in the shape of `bench --json`.
     let simulated = &summary["simulated"];
     assert_eq!(simulated["kind"], "simulated", "{summary}");

@@ -136,6 +136,8 @@ fn metrics_are_scraped_over_http_during_a_run_and_logs_are_json_lines() {
     assert!(get(last, "parcae_checkpoints_total{reason=\"periodic\"}") >= 1.0, "{last:?}");
     assert!(get(last, "parcae_policy_calls_total{slot=\"optimizer\",answer=\"guest\"}") >= 2.0, "{last:?}");
     assert_eq!(get(last, "parcae_policy_faults_total{slot=\"optimizer\",kind=\"trap\"}"), 0.0);
+    let fuel = get(last, "parcae_policy_heaviest_fuel_ratio{slot=\"optimizer\"}");
+    assert!(fuel > 0.0 && fuel < 1.0, "the heaviest plan's share of the fuel budget: {fuel}");
     assert_eq!(get(last, "parcae_rolled_back_steps_total{cause=\"unannounced\"}"), 0.0);
 
     // What the scrapes saw agrees with the run's own record.

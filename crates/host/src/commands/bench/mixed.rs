@@ -242,9 +242,7 @@ pub fn bench_mixed(
         let expected: f64 = decisions.iter().map(|d| d.expected_samples).sum();
         let result = simulate(&configs, &policy_name, MigrationMode::Live)?;
         let health = PolicyHealth::new(&guarded.predictor_counts(), &guarded.optimizer_counts());
-        if health.faults > 0 {
-            notes.push(format!("{policy_name}: {}", health.summary));
-        }
+        notes.extend(health.notes(&policy_name));
         rows.push(Row {
             spec: Some(policy.spec.clone()),
             policy_expected_samples: Some(expected),

@@ -422,9 +422,7 @@ pub fn bench_trace(
         let expected: f64 = decisions.iter().map(|d| d.expected_samples).sum();
         let result = simulate(&configs, &policy_name)?;
         let health = PolicyHealth::new(&guarded.predictor_counts(), &guarded.optimizer_counts());
-        if health.faults > 0 {
-            notes.push(format!("{policy_name}: {}", health.summary));
-        }
+        notes.extend(health.notes(&policy_name));
         rows.push(Row {
             name: policy_name,
             spec: Some(policy.spec.clone()),

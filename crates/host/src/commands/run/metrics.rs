@@ -21,6 +21,7 @@
 //! | `parcae_preemptions{announced}` | counter | workers the cloud took (`true`: after a notice) |
 //! | `parcae_policy_calls{slot,answer}` | counter | predictor/optimizer calls answered by the `guest` or the `fallback` |
 //! | `parcae_policy_faults{slot,kind}` | counter | guest faults by kind (`fuel-exhausted`, `trap`, `quarantined`, ...) |
+//! | `parcae_policy_heaviest_fuel_ratio{slot}` | gauge | the heaviest answered call's fuel over the budget (alert before it nears 1: a call over it falls back) |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,6 +66,7 @@ pub struct RunMetrics {
     preemptions: Family<Labels, Counter>,
     policy_calls: Family<Labels, Counter>,
     policy_faults: Family<Labels, Counter>,
+    policy_heaviest_fuel: Family<Labels, Gauge<f64, AtomicU64>>,
     /// The policy counters at the last update (the families count the differences).
     last_policy: std::sync::Mutex<[FaultCounts; 2]>,
 }
@@ -113,6 +115,7 @@ impl RunMetrics {
             preemptions: Family::default(),
             policy_calls: Family::default(),
             policy_faults: Family::default(),
+            policy_heaviest_fuel: Family::default(),
             last_policy: std::sync::Mutex::new(Default::default()),
             registry: Registry::default(),
         };
@@ -158,6 +161,11 @@ impl RunMetrics {
             m.policy_calls.clone(),
         );
         registry.register("policy_faults", "Guest policy faults by slot and kind", m.policy_faults.clone());
+        registry.register(
+            "policy_heaviest_fuel_ratio",
+            "The heaviest call the guest answered: its fuel over the budget of one call",
+            m.policy_heaviest_fuel.clone(),
+        );
         for kind in MigrationKind::ALL.iter().map(|k| k.as_str()).chain(["cold-start"]) {
             let _ = m.migrations.get_or_create(&label("kind", kind));
         }
@@ -181,6 +189,7 @@ impl RunMetrics {
                     .policy_calls
                     .get_or_create(&vec![("slot", slot.to_string()), ("answer", answer.to_string())]);
             }
+            let _ = m.policy_heaviest_fuel.get_or_create(&vec![("slot", slot.to_string())]);
             for kind in FaultKind::ALL {
                 let _ = m
                     .policy_faults
@@ -260,6 +269,9 @@ impl RunMetrics {
             for kind in FaultKind::ALL {
                 let labels = vec![("slot", slot.clone()), ("kind", kind.as_str().to_string())];
                 self.policy_faults.get_or_create(&labels).inc_by(now.count(kind) - before.count(kind));
+            }
+            if let Some(percent) = now.heaviest_fuel_percent() {
+                self.policy_heaviest_fuel.get_or_create(&vec![("slot", slot.clone())]).set(percent / 100.0);
             }
         }
         *last = [predictor.clone(), optimizer.clone()];
