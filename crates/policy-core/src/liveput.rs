@@ -800,7 +800,7 @@ pub fn transition_distribution_in(
 ) -> Result<TransitionDistribution, LiveputError> {
     check_transition(from, instances_before, preempted, arrived, to)?;
     let model = plan::Model::new(profile, recovery, from, to)?;
-    exact::distribution(&model, instances_before, preempted, arrived, mode, exact::Bytes::Mean)
+    exact::distribution(&model, instances_before, preempted, arrived, mode, exact::Bytes::Mean, None)
 }
 
 /// The cost model of one `from -> to` pair, which does not depend on the
@@ -824,14 +824,23 @@ impl PairModel {
 
     /// Exactly the outcomes of [`transition_distribution_under`] of the pair
     /// (same checks, same numbers), without its expected bytes, which the
-    /// planner does not read and which cost two more dynamic programs.
+    /// planner does not read and which cost two more dynamic programs. What
+    /// every new layout of the pair's old layout shares under this step is
+    /// taken from `shared` (computed there on its first use).
     pub(crate) fn outcomes(
         &self,
         instances_before: u32,
         preempted: u32,
         arrived: u32,
+        shared: &mut SharedByFrom,
     ) -> Result<Vec<Outcome>, LiveputError> {
         check_transition(self.0.from, instances_before, preempted, arrived, self.0.to)?;
+        let from_step = self.0.from.map(|from| {
+            &*shared
+                .0
+                .entry((from, instances_before, preempted))
+                .or_insert_with(|| exact::FromStep::new(&self.0, from, instances_before, preempted))
+        });
         let dist = exact::distribution(
             &self.0,
             instances_before,
@@ -839,8 +848,28 @@ impl PairModel {
             arrived,
             MigrationMode::Live,
             exact::Bytes::Skip,
+            from_step,
         )?;
         Ok(dist.outcomes)
+    }
+}
+
+/// The parts of the distributions that every new layout of one old layout
+/// shares under one step (`(from, instances before, preempted)`), kept by the
+/// planner's cache beside its pair models and valid as long as they are (the
+/// same profile costs and recovery).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SharedByFrom(std::collections::HashMap<(ParallelConfig, u32, u32), exact::FromStep>);
+
+impl SharedByFrom {
+    /// Old layouts and steps held.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Drop them all (the pair models they came from are dropped).
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
     }
 }
 

@@ -150,7 +150,7 @@ fn a_mixed_fleet_stays_within_the_fuel_budget() {
             .collect()
     };
     // A call over the budget would fault (the guest's `expect` fails first).
-    // The heaviest uses most of it (78%, interval 431): the first plan on a
+    // The heaviest uses most of it (67%, interval 431): the first plan on a
     // fleet size not seen before computes the exact distributions of every
     // pair of its layouts, about 9 thousand in one call. The bound keeps a
     // margin: a change that eats it fails here before a deployment faults.

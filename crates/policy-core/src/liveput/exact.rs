@@ -14,8 +14,10 @@
 
 use super::plan::{Model, Rule, Wiped};
 use super::{LiveputError, MigrationKind, MigrationMode, Outcome, TransitionDistribution};
+use crate::ParallelConfig;
 
 /// Preemption weights for one old layout and one number of preemptions.
+#[derive(Debug, Clone)]
 struct Hyper {
     /// Preempted instances `n`.
     n: usize,
@@ -25,18 +27,16 @@ struct Hyper {
     w: Vec<f64>,
     /// `spare[k]`, `k = 0..=min(S, n)`: weight of `k` preemptions among spares.
     spare: Vec<f64>,
-    /// Stage-holder preemptions `c <= split` leave enough holders for the new
-    /// layout (type remove); `None`: it always needs new members (type add).
-    split: Option<u64>,
-    /// The dynamic program's rows, reused by every [`Hyper::run`] of one
-    /// distribution (a sweep runs one per threshold; in a guest each
-    /// allocation costs fuel).
+    /// The dynamic program's rows, reused by every [`Hyper::run`] (a sweep
+    /// runs one per threshold, and the distributions of every new layout of
+    /// one [`FromStep`] run theirs here; in a guest each allocation costs
+    /// fuel).
     rows: std::cell::RefCell<Rows>,
 }
 
 /// The running sums of [`Hyper::run`]: masses and moments by count, current
 /// and next stage.
-#[derive(Default)]
+#[derive(Debug, Clone, Default)]
 struct Rows {
     cur: Vec<f64>,
     next: Vec<f64>,
@@ -44,16 +44,43 @@ struct Rows {
     next_m: Vec<f64>,
 }
 
+/// Stage-holder preemptions `c <= split` leave enough holders for the new
+/// layout (type remove); `None`: it always needs new members (type add).
+type Split = Option<u64>;
+
+/// The masses by number `c` of stage holders preempted (before the spares'
+/// weights), for `c` in `lo..lo + by_count.len()`: a [`Hyper::run`] stopped
+/// before it splits by type, which is the only part that depends on the new
+/// layout.
+#[derive(Debug, Clone, Default)]
+struct Counts {
+    lo: usize,
+    by_count: Vec<f64>,
+}
+
+impl Counts {
+    /// `[mass of type remove, mass of type add]`: the end of [`Hyper::run`]
+    /// (same terms, same order, so the same bits).
+    fn split(&self, h: &Hyper, split: Split) -> [f64; 2] {
+        let mut out = [0.0f64; 2];
+        for (i, &mass) in self.by_count.iter().enumerate() {
+            let c = self.lo + i;
+            let Some(&ws) = h.spare.get(h.n - c) else { continue };
+            let adds = split.is_none_or(|t| c as u64 > t);
+            out[usize::from(adds)] += mass * ws;
+        }
+        out
+    }
+}
+
 impl Hyper {
-    fn new(instances: usize, d_old: usize, stages: usize, n: usize, new_slots: u64) -> Hyper {
-        let holders = d_old * stages;
-        let spares = instances - holders;
+    fn new(instances: usize, d_old: usize, stages: usize, n: usize) -> Hyper {
+        let spares = instances - d_old * stages;
         Hyper {
             n,
             stages,
             w: binomial_weights(d_old, n, instances),
             spare: binomial_weights(spares, n, instances),
-            split: (holders as u64).checked_sub(new_slots),
             rows: std::cell::RefCell::default(),
         }
     }
@@ -61,15 +88,49 @@ impl Hyper {
     /// Weighted sums over the vectors `k` with `allowed(j, k_j)` for every stage
     /// `j`: `[mass of type remove, mass of type add, sum of mass x sum_j
     /// value(j, k_j)]` (unnormalised).
-    ///
-    /// The running count `c` after stage `j` is kept within `[lo, hi]`: at most
-    /// `n`, and at least what the remaining stages and the spares cannot make
-    /// up any more (`n - S - remaining x min(D, n)`).
     fn run(
         &self,
         allowed: impl Fn(usize, usize) -> bool,
         value: Option<&dyn Fn(usize, usize) -> f64>,
+        split: Split,
     ) -> [f64; 3] {
+        let Some((lo, hi)) = self.program(allowed, value) else {
+            return [0.0; 3];
+        };
+        let n = self.n;
+        let rows = self.rows.borrow();
+        let mut out = [0.0f64; 3];
+        for (c, &mass) in rows.cur.iter().enumerate().take(hi + 1).skip(lo) {
+            let Some(&ws) = self.spare.get(n - c) else { continue };
+            let adds = split.is_none_or(|t| c as u64 > t);
+            out[usize::from(adds)] += mass * ws;
+            if let Some(&m) = rows.cur_m.get(c) {
+                out[2] += m * ws;
+            }
+        }
+        out
+    }
+
+    /// [`Hyper::run`]'s masses by count, before they are split by type.
+    fn counts(&self, allowed: impl Fn(usize, usize) -> bool) -> Counts {
+        let Some((lo, hi)) = self.program(allowed, None) else {
+            return Counts::default();
+        };
+        Counts { lo, by_count: self.rows.borrow().cur[lo..=hi].to_vec() }
+    }
+
+    /// The dynamic program over the stages: leaves the masses (and moments)
+    /// by count `c` in the rows' `cur` (`cur_m`) and returns the range `[lo,
+    /// hi]` of `c` they cover (`None`: no vector is allowed).
+    ///
+    /// The running count `c` after stage `j` is kept within `[lo, hi]`: at most
+    /// `n`, and at least what the remaining stages and the spares cannot make
+    /// up any more (`n - S - remaining x min(D, n)`).
+    fn program(
+        &self,
+        allowed: impl Fn(usize, usize) -> bool,
+        value: Option<&dyn Fn(usize, usize) -> f64>,
+    ) -> Option<(usize, usize)> {
         let n = self.n;
         let kmax = self.w.len() - 1;
         let spare_max = self.spare.len() - 1;
@@ -89,7 +150,7 @@ impl Hyper {
             let new_lo = lo.max(n.saturating_sub(spare_max + remaining * kmax));
             let new_hi = (hi + kmax).min(n);
             if new_lo > new_hi {
-                return [0.0; 3];
+                return None;
             }
             next[new_lo..=new_hi].fill(0.0);
             if let Some(m) = next_m.get_mut(new_lo..=new_hi) {
@@ -122,20 +183,11 @@ impl Hyper {
             lo = new_lo;
             hi = new_hi;
         }
-        let mut out = [0.0f64; 3];
-        for (c, &mass) in cur.iter().enumerate().take(hi + 1).skip(lo) {
-            let Some(&ws) = self.spare.get(n - c) else { continue };
-            let adds = self.split.is_none_or(|t| c as u64 > t);
-            out[usize::from(adds)] += mass * ws;
-            if let Some(&m) = cur_m.get(c) {
-                out[2] += m * ws;
-            }
-        }
-        out
+        Some((lo, hi))
     }
 
-    fn masses(&self, allowed: impl Fn(usize, usize) -> bool) -> [f64; 2] {
-        let [r, a, _] = self.run(allowed, None);
+    fn masses(&self, allowed: impl Fn(usize, usize) -> bool, split: Split) -> [f64; 2] {
+        let [r, a, _] = self.run(allowed, None, split);
         [r, a]
     }
 
@@ -193,6 +245,75 @@ fn sorted_distinct(mut values: Vec<f64>) -> Vec<f64> {
     values
 }
 
+/// What every new layout's distribution shares for one old layout and one
+/// step (instances before, preempted): the preemption weights, how each stage
+/// recovers when it loses every replica, and the masses by number of stage
+/// holders preempted of every scenario, of those that migrate live and of
+/// those that lose no work. Only the split of those masses by type (whether the
+/// new layout needs new members) depends on the new layout. The planner asks
+/// for every new layout of one old layout under each step, so its cache keeps
+/// these (`plan::cache`) instead of running the same three dynamic programs
+/// once per pair.
+#[derive(Debug, Clone)]
+pub(crate) struct FromStep {
+    h: Hyper,
+    /// The old layout's replicas per stage `D`.
+    d_old: usize,
+    wiped: Vec<Wiped>,
+    all: Counts,
+    live: Counts,
+    /// `None`: the same as `live` (nothing is saved by a notice).
+    unlost: Option<Counts>,
+}
+
+impl FromStep {
+    /// The shared part of `model`'s distributions (its old layout `from`).
+    /// The caller keys it by `from` and the step: a model's stage recovery
+    /// depends on nothing else (the profile and recovery being the same).
+    pub(crate) fn new(
+        model: &Model,
+        from: ParallelConfig,
+        instances_before: u32,
+        preempted: u32,
+    ) -> FromStep {
+        let h = Hyper::new(
+            instances_before as usize,
+            from.data_parallel as usize,
+            from.pipeline_stages as usize,
+            preempted as usize,
+        );
+        // How each stage recovers when it loses every replica.
+        let someone_stays = preempted < instances_before;
+        let wiped: Vec<Wiped> = model.stage_recovery.iter().map(|r| r.wiped(someone_stays)).collect();
+        let mut shared = FromStep {
+            h,
+            d_old: from.data_parallel as usize,
+            wiped,
+            all: Counts::default(),
+            live: Counts::default(),
+            unlost: None,
+        };
+        shared.all = shared.h.counts(|_, _| true);
+        shared.live = shared.h.counts(|j, k| shared.live(j, k));
+        if !shared.wiped.iter().all(|&w| w == Wiped::RolledBack) {
+            shared.unlost = Some(shared.h.counts(|j, k| shared.unlost(j, k)));
+        }
+        shared
+    }
+
+    /// A stage with `k` of its replicas preempted migrates live: it keeps a
+    /// replica or was evacuated.
+    fn live(&self, j: usize, k: usize) -> bool {
+        k < self.d_old || self.wiped.get(j) == Some(&Wiped::Evacuated)
+    }
+
+    /// A stage with `k` preempted loses no work: it keeps a replica, or its
+    /// state was evacuated or checkpointed within the notice.
+    fn unlost(&self, j: usize, k: usize) -> bool {
+        k < self.d_old || self.wiped.get(j) != Some(&Wiped::RolledBack)
+    }
+}
+
 /// Whether [`distribution`] also computes the expected bytes moved: reports
 /// want them, the planner reads only the outcomes (and the bytes cost two
 /// more dynamic programs per distribution).
@@ -216,6 +337,7 @@ pub(super) fn distribution(
     arrived: u32,
     mode: MigrationMode,
     bytes_wanted: Bytes,
+    shared: Option<&FromStep>,
 ) -> Result<TransitionDistribution, LiveputError> {
     let single = |kind, duration_ms, concurrent_ms, mean_bytes| TransitionDistribution {
         outcomes: vec![Outcome { probability: 1.0, kind, duration_ms, lost_work: false, concurrent_ms }],
@@ -237,22 +359,18 @@ pub(super) fn distribution(
     if restart_on_change && model.to == Some(from) && preempted == 0 && arrived == 0 {
         return Ok(single(MigrationKind::None, 0.0, 0.0, 0.0));
     }
+    let owned;
+    let shared = match shared {
+        Some(shared) => shared,
+        None => {
+            owned = FromStep::new(model, from, instances_before, preempted);
+            &owned
+        }
+    };
+    let h = &shared.h;
     let d_old = from.data_parallel as usize;
-    let h = Hyper::new(
-        instances_before as usize,
-        d_old,
-        from.pipeline_stages as usize,
-        preempted as usize,
-        model.new_slots,
-    );
-    // How each stage recovers when it loses every replica.
-    let someone_stays = preempted < instances_before;
-    let wiped: Vec<Wiped> = model.stage_recovery.iter().map(|r| r.wiped(someone_stays)).collect();
-    let wiped_as = |j: usize, class: Wiped| wiped.get(j) == Some(&class);
-    // A stage with `k` preempted migrates live: it keeps a replica or was
-    // evacuated.
-    let live = |j: usize, k: usize| k < d_old || wiped_as(j, Wiped::Evacuated);
-    let unlost = |j: usize, k: usize| k < d_old || !wiped_as(j, Wiped::RolledBack);
+    let split: Split = (d_old as u64 * u64::from(from.pipeline_stages)).checked_sub(model.new_slots);
+    let live = |j: usize, k: usize| shared.live(j, k);
     // Stage preemption counts that migrate live, and the times those produce
     // (the maximum's candidate thresholds).
     let k_top = h.w.len() - 1;
@@ -269,14 +387,14 @@ pub(super) fn distribution(
         v
     };
 
-    let all = h.masses(|_, _| true);
+    let all = shared.all.split(h, split);
     let z = all[0] + all[1];
     if !(z.is_finite() && z > 0.0) {
         return Err(LiveputError::Numerical { reason: "preemption weights vanished" });
     }
-    let nz = h.masses(live);
+    let nz = shared.live.split(h, split);
     // Without any notice cover the unlost stages are exactly the live ones.
-    let kept = if wiped.iter().all(|&w| w == Wiped::RolledBack) { nz } else { h.masses(unlost) };
+    let kept = shared.unlost.as_ref().map_or(nz, |unlost| unlost.split(h, split));
     let rolled_back = [(all[0] - kept[0]).max(0.0), (all[1] - kept[1]).max(0.0)];
     let checkpointed = [(kept[0] - nz[0]).max(0.0), (kept[1] - nz[1]).max(0.0)];
     let reconfigure = [model.r_remove, model.r_add];
@@ -318,8 +436,11 @@ pub(super) fn distribution(
             if model.restart_is_cheaper(t) {
                 break;
             }
-            let a =
-                if i + 1 == thresholds.len() { nz } else { h.masses(|j, k| live(j, k) && time(j, k) <= t) };
+            let a = if i + 1 == thresholds.len() {
+                nz
+            } else {
+                h.masses(|j, k| live(j, k) && time(j, k) <= t, split)
+            };
             for ty in 0..2 {
                 push((a[ty] - prev[ty]).max(0.0), kind, t + reconfigure[ty], false, 0.0);
             }
@@ -338,7 +459,7 @@ pub(super) fn distribution(
     match model.rule {
         Rule::SameDepth { same_config } => {
             let d_new = model.d_new as usize;
-            let intra = if d_new <= d_old { h.masses(|_, k| k <= d_old - d_new) } else { [0.0; 2] };
+            let intra = if d_new <= d_old { h.masses(|_, k| k <= d_old - d_new, split) } else { [0.0; 2] };
             let none = if same_config { h.untouched() } else { 0.0 };
             push(none, MigrationKind::None, 0.0, false, 0.0);
             push(
@@ -370,12 +491,12 @@ pub(super) fn distribution(
     // their transfers, every restart loads the checkpoint.
     let migrates = |j: usize, k: usize| live(j, k) && !model.restart_is_cheaper(time(j, k));
     let base_migrates = !model.restart_is_cheaper(model.base_time);
-    let [_, _, moment] = if base_migrates { h.run(migrates, Some(&bytes)) } else { [0.0; 3] };
+    let [_, _, moment] = if base_migrates { h.run(migrates, Some(&bytes), split) } else { [0.0; 3] };
     let never_cheaper = reachable_times().into_iter().all(|t| !model.restart_is_cheaper(t));
     let migrating = match (base_migrates, never_cheaper) {
         (false, _) => [0.0; 2],
         (true, true) => nz,
-        (true, false) => h.masses(migrates),
+        (true, false) => h.masses(migrates, split),
     };
     let migrating = migrating[0] + migrating[1];
     if model.rule == Rule::Repartition {

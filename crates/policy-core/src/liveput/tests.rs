@@ -1130,6 +1130,10 @@ fn the_planners_outcomes_are_the_full_distributions() {
         let layouts: Vec<Option<ParallelConfig>> =
             std::iter::once(None).chain(configs.iter().map(|&(d, p)| cfg(d, p))).collect();
         for recovery in RECOVERIES {
+            // One store of the parts every pair of an old layout shares, as
+            // the planner's cache keeps it: each is computed for the first
+            // new layout and reused by the others.
+            let mut shared = SharedByFrom::default();
             for &from in &layouts {
                 for &to in &layouts {
                     let pair = PairModel::new(&profile, &recovery, from, to).unwrap();
@@ -1139,7 +1143,7 @@ fn the_planners_outcomes_are_the_full_distributions() {
                         let full = transition_distribution_under(
                             &profile, &recovery, from, before, preempted, arrived, to,
                         );
-                        let outcomes = pair.outcomes(before, preempted, arrived);
+                        let outcomes = pair.outcomes(before, preempted, arrived, &mut shared);
                         match (full, outcomes) {
                             (Ok(full), Ok(outcomes)) => assert_eq!(
                                 format!("{:?}", full.outcomes),
@@ -1152,6 +1156,9 @@ fn the_planners_outcomes_are_the_full_distributions() {
                     }
                 }
             }
+            // One per old layout and step (no more: the pairs did share them).
+            let steps: u32 = configs.iter().map(|&(d, p)| d * p + 3).sum();
+            assert_eq!(shared.len(), steps as usize, "{name} {recovery:?}");
         }
     }
 }

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::Step;
 use super::layouts::PlanContext;
 use super::program::Work;
-use crate::liveput::{LiveputError, MigrationKind, PairModel};
+use crate::liveput::{LiveputError, MigrationKind, PairModel, SharedByFrom};
 use crate::{ModelProfile, ParallelConfig, Recovery, StagePartition};
 
 /// Largest `(from, to)` table kept dense (`(S + 1)^2` entries); larger
@@ -29,6 +29,11 @@ const DENSE_TABLE_MAX: usize = 1 << 16;
 /// Bound on the `(from, to)` cost models a [`TransitionCache`] keeps (a few
 /// hundred bytes to a few KB each; every p3 profile needs at most 63 x 63).
 const MAX_PAIR_MODELS: usize = 1 << 14;
+
+/// Bound on the `(from, step)` parts shared by every pair of one old layout
+/// that a [`TransitionCache`] keeps (under a KB each; each serves every new
+/// layout of its old one, so there are far fewer than distributions).
+const MAX_SHARED_BY_FROM: usize = 1 << 15;
 
 /// Default bound on the outcomes a [`TransitionCache`] stores (24 bytes each).
 pub const DEFAULT_MAX_CACHED_OUTCOMES: usize = 1 << 20;
@@ -108,6 +113,7 @@ impl TransitionCache {
                 outs: Vec::new(),
                 table_entries: 0,
                 models: HashMap::new(),
+                shared: SharedByFrom::default(),
                 stats: CacheStats::default(),
                 columns: Vec::new(),
                 width: 0,
@@ -156,7 +162,8 @@ impl TransitionCache {
     fn prepare(&mut self, profile: &ModelProfile, recovery: &Recovery, layouts: &[ParallelConfig]) {
         let over_bounds = self.store.outs.len() > self.store.max_outcomes
             || self.store.table_entries > self.store.max_table_entries
-            || self.store.models.len() > MAX_PAIR_MODELS;
+            || self.store.models.len() > MAX_PAIR_MODELS
+            || self.store.shared.len() > MAX_SHARED_BY_FROM;
         let fits = !over_bounds && self.basis.as_mut().is_some_and(|b| b.admits(profile, recovery));
         match self.basis.as_mut().filter(|_| fits) {
             Some(basis) => {
@@ -377,6 +384,9 @@ pub(super) struct DistributionStore {
     /// pair's cost model: shared by every `(instances_before, preempted)`
     /// table, so a new fleet size or preemption count does not rebuild it.
     models: HashMap<(Option<ParallelConfig>, Option<ParallelConfig>), PairModel>,
+    /// What the distributions of one old layout's pairs share under one step,
+    /// kept as long as the pair models.
+    shared: SharedByFrom,
     /// What [`TransitionCache::stats`] reports.
     pub(super) stats: CacheStats,
     /// Per program state of the current call (its layouts, then the pause),
@@ -394,6 +404,7 @@ impl DistributionStore {
         self.heads.clear();
         self.outs.clear();
         self.models.clear();
+        self.shared.clear();
         self.table_entries = 0;
     }
 
@@ -491,7 +502,8 @@ impl DistributionStore {
                 e.insert(PairModel::new(ctx.profile, &ctx.recovery, from_cfg, to_cfg)?)
             }
         };
-        let outcomes = model.outcomes(step.instances_before, step.preempted, step.arrived)?;
+        let outcomes =
+            model.outcomes(step.instances_before, step.preempted, step.arrived, &mut self.shared)?;
         let start = self.outs.len();
         self.outs.extend(outcomes.iter().map(|o| OutcomeTerms {
             p: o.probability,
