@@ -22,6 +22,10 @@
 //! trace (preemptions per instance-hour, burst sizes per interval, time to
 //! replace a preempted instance, peak fleet) so a look-alike can be drawn
 //! with other seeds and lengths.
+//!
+//! [`BoundedLifetimes`] is a second, simpler model outside that one: every
+//! instance lives a time drawn from a range (Poisson preemptions have no
+//! memory; a lifetime does) and is replaced after a fixed delay.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -401,6 +405,98 @@ impl SynthSpec {
     }
 }
 
+/// A fleet of instances that each live a bounded time and are replaced a fixed
+/// delay after they go: `slots` places, each holding one instance at a time
+/// whose lifetime is drawn uniformly from `[min_hours, max_hours]`, refilled
+/// `refill_minutes` after it is taken. Preemptible VMs in a managed group
+/// behave so (GCP's live at most 24 h and the group recreates them). Not one
+/// of the stress [`Scenario`]s of the tables: the default policy falls short
+/// of the targets on it (README, *Not yet covered: bounded
+/// lifetimes*; `crates/sim/examples/lifetimes.rs` scores it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundedLifetimes {
+    /// A label for the trace (the file stem, by convention).
+    pub name: String,
+    /// Seed of the random draws.
+    pub seed: u64,
+    /// Length of the trace.
+    pub hours: f64,
+    /// Instances alive at once when every place is filled.
+    pub slots: u32,
+    /// Shortest lifetime of an instance.
+    pub min_hours: f64,
+    /// Longest lifetime of an instance.
+    pub max_hours: f64,
+    /// Delay from an instance's loss to its replacement.
+    pub refill_minutes: f64,
+}
+
+impl BoundedLifetimes {
+    fn check(&self) -> Result<(), SynthError> {
+        let bad = |field, value: String, reason| {
+            Err(SynthError::Parameter { name: self.name.clone(), field, value, reason })
+        };
+        if !(self.hours.is_finite() && self.hours > 0.0 && self.hours <= 10_000.0) {
+            return bad("hours", self.hours.to_string(), "must be in (0, 10000]");
+        }
+        if self.slots == 0 || self.slots > 8192 {
+            return bad("slots", self.slots.to_string(), "must be in 1..=8192");
+        }
+        if !(self.min_hours.is_finite() && self.min_hours > 0.0) {
+            return bad("min_hours", self.min_hours.to_string(), "must be positive");
+        }
+        if !(self.max_hours.is_finite() && self.max_hours >= self.min_hours) {
+            return bad("max_hours", self.max_hours.to_string(), "must be at least min_hours");
+        }
+        if !(self.refill_minutes.is_finite() && self.refill_minutes >= 0.0) {
+            return bad("refill_minutes", self.refill_minutes.to_string(), "must be >= 0");
+        }
+        Ok(())
+    }
+
+    /// The trace as canonical event CSV (`t_ms,op,node`, see `data/traces/README.md`).
+    pub fn generate_csv(&self) -> Result<String, SynthError> {
+        self.check()?;
+        let hour_ms = 3_600_000.0;
+        let end_ms = (self.hours * hour_ms).round() as u64;
+        let refill_ms = (self.refill_minutes * 60_000.0).round() as u64;
+        let mut rng = SplitMix64(self.seed ^ 0x11FE_71E5);
+        // `(t_ms, removes first, node)`; each place's instances one after another.
+        let mut events: Vec<(u64, bool, u64)> = Vec::new();
+        let mut next_id = 1u64;
+        for _ in 0..self.slots {
+            let mut t = 0u64;
+            while t < end_ms {
+                let id = next_id;
+                next_id += 1;
+                events.push((t, false, id));
+                let life = self.min_hours + (self.max_hours - self.min_hours) * rng.unit();
+                let gone = t + ((life * hour_ms).round() as u64).max(1);
+                if gone >= end_ms {
+                    break;
+                }
+                events.push((gone, true, id));
+                t = gone + refill_ms;
+            }
+        }
+        // By time, losses before arrivals at the same time (a place refilled
+        // at once frees its slot first), then by node.
+        events.sort_unstable_by_key(|&(t, removes, id)| (t, !removes, id));
+        let mut out = String::from("t_ms,op,node\n");
+        for (t, removes, id) in events {
+            let _ = writeln!(out, "{t},{},n{id}", if removes { "remove" } else { "add" });
+        }
+        Ok(out)
+    }
+
+    /// The trace, parsed back through the canonical loader (so it obeys every
+    /// invariant a file would), named `<name>.csv`.
+    pub fn generate(&self) -> Result<Trace, TraceError> {
+        let csv = self.generate_csv()?;
+        crate::parse(Path::new(&format!("{}.csv", self.name)), csv.as_bytes(), Some(crate::Format::EventsCsv))
+    }
+}
+
 /// Takes `count` random instances (all of them when `count >= alive`).
 fn remove(rng: &mut SplitMix64, alive: &mut Vec<u64>, count: usize, t: u64, out: &mut String) {
     for _ in 0..count.min(alive.len()) {
@@ -510,6 +606,38 @@ mod tests {
         let mut spec = Scenario::LongCalm.spec(1.0, 1);
         spec.hours = f64::NAN;
         assert!(spec.generate_csv().unwrap_err().to_string().contains("hours"));
+    }
+
+    #[test]
+    fn bounded_lifetimes_keep_every_place_filled_but_for_its_refills() {
+        let spec = BoundedLifetimes {
+            name: "lifetimes".into(),
+            seed: 5,
+            hours: 12.0,
+            slots: 8,
+            min_hours: 1.0,
+            max_hours: 3.0,
+            refill_minutes: 5.0,
+        };
+        assert_eq!(spec.generate_csv().unwrap(), spec.generate_csv().unwrap(), "seeded");
+        let series = spec.generate().unwrap().series(60_000).unwrap().intervals;
+        // The canonical format ends at the last event, within the 12 h.
+        assert!(series.len() <= 12 * 60 && series.len() > 11 * 60, "{} intervals", series.len());
+        assert_eq!(series[0].instances, 8);
+        // Each place is empty only during its refills, at most 5 minutes after
+        // each loss: never more places empty than losses in the last 5 minutes.
+        let preempted: u32 = series.iter().map(|s| s.preemptions).sum();
+        let arrived: u32 = series.iter().map(|s| s.arrivals).sum();
+        assert!(preempted >= 8 * 3, "lifetimes of 1-3 h over 12 h: {preempted} losses");
+        for (k, s) in series.iter().enumerate() {
+            let recent: u32 = series[k.saturating_sub(5)..=k].iter().map(|s| s.preemptions).sum();
+            assert!(s.instances <= 8 && 8 - s.instances <= recent, "interval {k}: {s:?}");
+        }
+        assert!(arrived >= preempted, "every loss refilled, and the first 8 arrive at 0");
+        let err = BoundedLifetimes { max_hours: 0.5, ..spec.clone() }.generate_csv().unwrap_err();
+        assert!(err.to_string().contains("max_hours") && err.to_string().contains("lifetimes"), "{err}");
+        let err = BoundedLifetimes { slots: 0, ..spec }.generate_csv().unwrap_err();
+        assert!(err.to_string().contains("slots"), "{err}");
     }
 
     #[test]
