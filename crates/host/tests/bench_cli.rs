@@ -366,3 +366,57 @@ fn the_checkpoint_cadence_follows_the_losses_seen_so_far_unless_told_otherwise()
     let reactive = |records: &[Value]| samples(by_policy(records, "reactive"));
     assert_ne!(reactive(&seen), reactive(&whole), "the cadence changed nothing");
 }
+
+/// `trace synth --lifetimes` writes a fleet of bounded instance lifetimes that
+/// `bench` scores; a malformed or out-of-range spec is refused naming what is
+/// wrong.
+#[test]
+fn a_bounded_lifetime_fleet_generates_and_benches() {
+    let dir = scratch("lifetimes");
+    let trace = dir.join("lifetimes.csv");
+    let synth = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_parcae-host"))
+            .current_dir(root())
+            .args(["trace", "synth", "--hours", "6", "--seed", "2"])
+            .args(args)
+            .output()
+            .expect("running parcae-host")
+    };
+    let made = synth(&["--lifetimes", "8:1-3:5", "-o", trace.to_str().unwrap()]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    assert!(text.starts_with("t_ms,op,node\n0,add,"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("0,add,")).count(), 8, "every place filled at 0");
+    assert!(text.contains(",remove,"), "lifetimes of 1-3 h over 6 h end some instances");
+    let json = dir.join("out.json");
+    bench(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--profile",
+        "data/profiles/example-small.json",
+        "--baselines",
+        "oracle,reactive",
+        "--peers",
+        "none",
+        "--policy",
+        "builtin:reactive",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let records = records(&json);
+    assert_eq!(
+        by_policy(&records, "builtin:reactive")["samples"],
+        by_policy(&records, "reactive")["samples"]
+    );
+    for (spec, expected) in [
+        ("8:1-3", "expected PLACES:MIN_H-MAX_H:REFILL_MIN"),
+        ("8:3-1:5", "max_hours = 1: must be at least min_hours"),
+        ("0:1-3:5", "places = 0"),
+        ("8:1-3:-5", "refill_minutes = -5"),
+    ] {
+        let refused = synth(&["--lifetimes", spec, "-o", dir.join("bad.csv").to_str().unwrap()]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success() && stderr.contains(expected), "{spec}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,9 +14,9 @@
 
 use std::path::Path;
 
-use parcae_policy_core::ParallelConfig;
 use parcae_policy_core::guard::GuardedLiveput;
 use parcae_policy_core::robust::RobustLiveput;
+use parcae_policy_core::{IntervalStats, Optimizer, ParallelConfig, Predictor, Recovery};
 use parcae_profile::Profile;
 use parcae_sim::{
     Cadenced, MigrationMode, Prices, drive_native_profiles, oracle_cadenced, simulate_cadenced,
@@ -25,12 +25,24 @@ use parcae_traces::synth::BoundedLifetimes;
 
 mod shared;
 
+/// The layouts `policy` runs over `series`, natively, told each interval's
+/// profile at the system's cadence.
+fn decide<P: Predictor + Optimizer>(
+    mut policy: P,
+    system: &Cadenced,
+    series: &[IntervalStats],
+    recovery: Recovery,
+) -> Vec<Option<ParallelConfig>> {
+    drive_native_profiles(&mut policy, series, |k| system.at(k), recovery, INTERVAL_MS, HORIZON)
+        .expect("the policies do not fail on a profiled model")
+}
+
 const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
 const HOURS: f64 = 12.0;
 const MODELS: [&str; 3] = ["gpt-1.5b", "gpt-6.7b", "bert"];
 const NOTICES_S: [f64; 2] = [120.0, 0.0];
-/// `(slots, shortest and longest lifetime in hours, refill delay in minutes)`.
+/// `(places, shortest and longest lifetime in hours, refill delay in minutes)`.
 const SHAPES: [(u32, f64, f64, f64); 5] = [
     (32, 1.0, 3.0, 5.0),
     (32, 1.0, 3.0, 10.0),
@@ -68,13 +80,13 @@ fn main() {
              robust-liveput % |"
         );
         println!("|---|---|---|---|---|---|---|---|");
-        for (slots, min_hours, max_hours, refill_minutes) in SHAPES {
-            let fleet = format!("{slots} slots, {min_hours}-{max_hours} h, refill {refill_minutes} min");
+        for (places, min_hours, max_hours, refill_minutes) in SHAPES {
+            let fleet = format!("{places} places, {min_hours}-{max_hours} h, refill {refill_minutes} min");
             let spec = BoundedLifetimes {
                 name: "bounded-lifetimes".into(),
                 seed,
                 hours: HOURS,
-                slots,
+                places,
                 min_hours,
                 max_hours,
                 refill_minutes,
@@ -128,28 +140,8 @@ fn main() {
                     .map(|(name, result)| (result.totals.samples, name))
                     .max_by(|a, b| a.0.total_cmp(&b.0))
                     .expect("reactive is always a row");
-                    let default = score(
-                        &drive_native_profiles(
-                            &mut GuardedLiveput::default(),
-                            &series,
-                            |k| system.at(k),
-                            recovery,
-                            INTERVAL_MS,
-                            HORIZON,
-                        )
-                        .expect("the default does not fail on a profiled model"),
-                    );
-                    let robust = score(
-                        &drive_native_profiles(
-                            &mut RobustLiveput::default(),
-                            &series,
-                            |k| system.at(k),
-                            recovery,
-                            INTERVAL_MS,
-                            HORIZON,
-                        )
-                        .expect("robust-liveput does not fail on a profiled model"),
-                    );
+                    let default = score(&decide(GuardedLiveput::default(), &system, &series, recovery));
+                    let robust = score(&decide(RobustLiveput::default(), &system, &series, recovery));
                     let pct = |x: f64| 100.0 * x / oracle;
                     cases += 1;
                     below += usize::from(pct(default) < 97.0);

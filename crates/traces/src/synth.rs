@@ -406,7 +406,7 @@ impl SynthSpec {
 }
 
 /// A fleet of instances that each live a bounded time and are replaced a fixed
-/// delay after they go: `slots` places, each holding one instance at a time
+/// delay after they go: `places` places, each holding one instance at a time
 /// whose lifetime is drawn uniformly from `[min_hours, max_hours]`, refilled
 /// `refill_minutes` after it is taken. Preemptible VMs in a managed group
 /// behave so (GCP's live at most 24 h and the group recreates them). Not one
@@ -422,7 +422,7 @@ pub struct BoundedLifetimes {
     /// Length of the trace.
     pub hours: f64,
     /// Instances alive at once when every place is filled.
-    pub slots: u32,
+    pub places: u32,
     /// Shortest lifetime of an instance.
     pub min_hours: f64,
     /// Longest lifetime of an instance.
@@ -439,8 +439,8 @@ impl BoundedLifetimes {
         if !(self.hours.is_finite() && self.hours > 0.0 && self.hours <= 10_000.0) {
             return bad("hours", self.hours.to_string(), "must be in (0, 10000]");
         }
-        if self.slots == 0 || self.slots > 8192 {
-            return bad("slots", self.slots.to_string(), "must be in 1..=8192");
+        if self.places == 0 || self.places > 8192 {
+            return bad("places", self.places.to_string(), "must be in 1..=8192");
         }
         if !(self.min_hours.is_finite() && self.min_hours > 0.0) {
             return bad("min_hours", self.min_hours.to_string(), "must be positive");
@@ -464,7 +464,7 @@ impl BoundedLifetimes {
         // `(t_ms, removes first, node)`; each place's instances one after another.
         let mut events: Vec<(u64, bool, u64)> = Vec::new();
         let mut next_id = 1u64;
-        for _ in 0..self.slots {
+        for _ in 0..self.places {
             let mut t = 0u64;
             while t < end_ms {
                 let id = next_id;
@@ -614,7 +614,7 @@ mod tests {
             name: "lifetimes".into(),
             seed: 5,
             hours: 12.0,
-            slots: 8,
+            places: 8,
             min_hours: 1.0,
             max_hours: 3.0,
             refill_minutes: 5.0,
@@ -636,8 +636,8 @@ mod tests {
         assert!(arrived >= preempted, "every loss refilled, and the first 8 arrive at 0");
         let err = BoundedLifetimes { max_hours: 0.5, ..spec.clone() }.generate_csv().unwrap_err();
         assert!(err.to_string().contains("max_hours") && err.to_string().contains("lifetimes"), "{err}");
-        let err = BoundedLifetimes { slots: 0, ..spec }.generate_csv().unwrap_err();
-        assert!(err.to_string().contains("slots"), "{err}");
+        let err = BoundedLifetimes { places: 0, ..spec }.generate_csv().unwrap_err();
+        assert!(err.to_string().contains("places"), "{err}");
     }
 
     #[test]

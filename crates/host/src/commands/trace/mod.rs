@@ -1,6 +1,7 @@
 //! `parcae-host trace`: availability and preemption statistics of traces
 //! (with plots), conversion to the canonical event CSV or a per-interval
-//! series, and synthetic traces (stress shapes and fitted look-alikes).
+//! series, and synthetic traces (stress shapes, fitted look-alikes and
+//! bounded instance lifetimes).
 
 mod plots;
 
@@ -12,7 +13,7 @@ use clap::{Subcommand, ValueEnum};
 
 pub use plots::{CdfStep, HourRate, ended_cdf, hourly, hourly_svg, kaplan_meier, lifetime_svg, write_plots};
 
-use parcae_traces::synth::{Scenario, SynthSpec};
+use parcae_traces::synth::{BoundedLifetimes, Scenario, SynthSpec};
 
 use crate::args::TraceInput;
 
@@ -50,12 +51,20 @@ pub enum TraceCommand {
         input: TraceInput,
     },
     /// Generate a synthetic trace (seeded, deterministic): a named stress
-    /// shape, or a look-alike of a real trace's rates (`--like`).
+    /// shape, a look-alike of a real trace's rates (`--like`), or a fleet of
+    /// bounded instance lifetimes (`--lifetimes`).
     Synth {
         /// The stress shape (fleet-wipes, diurnal, slow-churn, long-calm);
-        /// not with `--like`.
-        #[arg(long, required_unless_present = "like", conflicts_with = "like")]
+        /// not with `--like` or `--lifetimes`.
+        #[arg(long, required_unless_present_any = ["like", "lifetimes"], conflicts_with_all = ["like", "lifetimes"])]
         scenario: Option<String>,
+        /// Every instance lives a time drawn uniformly from a range and is
+        /// replaced after a fixed delay, as preemptible VMs in a managed
+        /// group: `PLACES:MIN_H-MAX_H:REFILL_MIN`, e.g. `32:1-3:5` (32 places,
+        /// lifetimes of 1 to 3 hours, each refilled 5 minutes after it goes);
+        /// not with `--like`.
+        #[arg(long, value_name = "PLACES:MIN_H-MAX_H:REFILL_MIN", conflicts_with = "like")]
+        lifetimes: Option<String>,
         /// Fit the generator's rates (peak fleet, preemption events per
         /// instance-hour, burst sizes, refill delay) to this trace.
         #[arg(long, value_name = "TRACE")]
@@ -89,8 +98,8 @@ pub fn run(command: &TraceCommand) -> anyhow::Result<()> {
     match command {
         TraceCommand::Stats { traces, input, json, plot } => stats(traces, input, *json, plot.as_deref()),
         TraceCommand::Convert { trace, output, to, input } => convert(trace, output, *to, input),
-        TraceCommand::Synth { scenario, like, hours, seed, output, input } => {
-            synth(scenario.as_deref(), like.as_deref(), *hours, *seed, output, input)
+        TraceCommand::Synth { scenario, like, lifetimes, hours, seed, output, input } => {
+            synth(scenario.as_deref(), like.as_deref(), lifetimes.as_deref(), *hours, *seed, output, input)
         }
     }
 }
@@ -99,6 +108,7 @@ pub fn run(command: &TraceCommand) -> anyhow::Result<()> {
 fn synth(
     scenario: Option<&str>,
     like: Option<&Path>,
+    lifetimes: Option<&str>,
     hours: f64,
     seed: u64,
     output: &Path,
@@ -106,22 +116,52 @@ fn synth(
 ) -> anyhow::Result<()> {
     let name =
         output.file_stem().map_or_else(|| "synthetic".to_string(), |s| s.to_string_lossy().into_owned());
-    let spec = match (scenario, like) {
-        (Some(scenario), _) => scenario.parse::<Scenario>().map_err(anyhow::Error::msg)?.spec(hours, seed),
-        (None, Some(like)) => {
-            let trace = input.load(like)?;
-            SynthSpec::fitted(&trace, input.interval_ms()?, &name, hours, seed)?
+    let (csv, label) = match (scenario, like, lifetimes) {
+        (Some(scenario), _, _) => {
+            let spec = scenario.parse::<Scenario>().map_err(anyhow::Error::msg)?.spec(hours, seed);
+            (spec.generate_csv()?, spec.name)
         }
-        (None, None) => anyhow::bail!("give --scenario or --like"),
+        (None, Some(like), _) => {
+            let trace = input.load(like)?;
+            let spec = SynthSpec::fitted(&trace, input.interval_ms()?, &name, hours, seed)?;
+            (spec.generate_csv()?, spec.name)
+        }
+        (None, None, Some(lifetimes)) => {
+            let spec = bounded_lifetimes(lifetimes, name, hours, seed)?;
+            (spec.generate_csv()?, format!("bounded lifetimes {lifetimes}"))
+        }
+        (None, None, None) => anyhow::bail!("give --scenario, --like or --lifetimes"),
     };
-    let csv = spec.generate_csv()?;
     if output == Path::new("-") {
         print!("{csv}");
     } else {
         std::fs::write(output, csv).with_context(|| format!("writing {}", output.display()))?;
-        eprintln!("{}: {} ({} h, seed {seed})", output.display(), spec.name, spec.hours);
+        eprintln!("{}: {label} ({hours} h, seed {seed})", output.display());
     }
     Ok(())
+}
+
+/// `--lifetimes PLACES:MIN_H-MAX_H:REFILL_MIN` as a generator's parameters
+/// (their ranges are checked when it generates, naming the field).
+fn bounded_lifetimes(text: &str, name: String, hours: f64, seed: u64) -> anyhow::Result<BoundedLifetimes> {
+    let form = || {
+        anyhow::anyhow!(
+            "--lifetimes '{text}': expected PLACES:MIN_H-MAX_H:REFILL_MIN, e.g. 32:1-3:5 (32 places, \
+             lifetimes of 1 to 3 hours, refilled after 5 minutes)"
+        )
+    };
+    let [places, range, refill] = text.split(':').collect::<Vec<_>>()[..] else { return Err(form()) };
+    let (min, max) = range.split_once('-').ok_or_else(form)?;
+    let number = |s: &str| s.trim().parse::<f64>().map_err(|_| form());
+    Ok(BoundedLifetimes {
+        name,
+        seed,
+        hours,
+        places: places.trim().parse().map_err(|_| form())?,
+        min_hours: number(min)?,
+        max_hours: number(max)?,
+        refill_minutes: number(refill)?,
+    })
 }
 
 /// `trace stats`.
