@@ -60,16 +60,10 @@ struct Counts {
 
 impl Counts {
     /// `[mass of type remove, mass of type add]`: the end of [`Hyper::run`]
-    /// (same terms, same order, so the same bits).
+    /// ([`Hyper::fold`], so the same bits).
     fn split(&self, h: &Hyper, split: Split) -> [f64; 2] {
-        let mut out = [0.0f64; 2];
-        for (i, &mass) in self.by_count.iter().enumerate() {
-            let c = self.lo + i;
-            let Some(&ws) = h.spare.get(h.n - c) else { continue };
-            let adds = split.is_none_or(|t| c as u64 > t);
-            out[usize::from(adds)] += mass * ws;
-        }
-        out
+        let [r, a, _] = h.fold(self.lo, &self.by_count, &[], split);
+        [r, a]
     }
 }
 
@@ -97,14 +91,20 @@ impl Hyper {
         let Some((lo, hi)) = self.program(allowed, value) else {
             return [0.0; 3];
         };
-        let n = self.n;
         let rows = self.rows.borrow();
+        self.fold(lo, &rows.cur[lo..=hi], rows.cur_m.get(lo..=hi).unwrap_or(&[]), split)
+    }
+
+    /// The end of a run: the masses (and moments, when given) by count `c`
+    /// from `lo` on, weighted by the spares' and split by type.
+    fn fold(&self, lo: usize, masses: &[f64], moments: &[f64], split: Split) -> [f64; 3] {
         let mut out = [0.0f64; 3];
-        for (c, &mass) in rows.cur.iter().enumerate().take(hi + 1).skip(lo) {
-            let Some(&ws) = self.spare.get(n - c) else { continue };
+        for (i, &mass) in masses.iter().enumerate() {
+            let c = lo + i;
+            let Some(&ws) = self.spare.get(self.n - c) else { continue };
             let adds = split.is_none_or(|t| c as u64 > t);
             out[usize::from(adds)] += mass * ws;
-            if let Some(&m) = rows.cur_m.get(c) {
+            if let Some(&m) = moments.get(i) {
                 out[2] += m * ws;
             }
         }
