@@ -98,11 +98,11 @@ impl FaultCounts {
         self.fuel_per_call = fuel_per_call;
     }
 
-    /// The heaviest answered call's share of the budget, in percent (`None`
+    /// The heaviest answered call's share of the budget, `0..=1` (`None`
     /// before the guest answered).
-    pub fn heaviest_fuel_percent(&self) -> Option<f64> {
+    pub fn heaviest_fuel_share(&self) -> Option<f64> {
         (self.guest_answers > 0 && self.fuel_per_call > 0)
-            .then(|| 100.0 * self.heaviest_fuel as f64 / self.fuel_per_call as f64)
+            .then(|| self.heaviest_fuel as f64 / self.fuel_per_call as f64)
     }
 
     pub(crate) fn record(&mut self, kind: FaultKind) {

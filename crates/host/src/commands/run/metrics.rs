@@ -270,8 +270,8 @@ impl RunMetrics {
                 let labels = vec![("slot", slot.clone()), ("kind", kind.as_str().to_string())];
                 self.policy_faults.get_or_create(&labels).inc_by(now.count(kind) - before.count(kind));
             }
-            if let Some(percent) = now.heaviest_fuel_percent() {
-                self.policy_heaviest_fuel.get_or_create(&vec![("slot", slot.clone())]).set(percent / 100.0);
+            if let Some(share) = now.heaviest_fuel_share() {
+                self.policy_heaviest_fuel.get_or_create(&vec![("slot", slot.clone())]).set(share);
             }
         }
         *last = [predictor.clone(), optimizer.clone()];
