@@ -499,18 +499,6 @@ fn fresh_traces(seeds: &[u64]) -> Vec<ScoredTrace> {
     traces
 }
 
-/// The comma-separated list after `flag` in `args` (`None` without the flag);
-/// exits with a message naming the flag on a value that does not parse.
-fn list_arg<T: std::str::FromStr>(args: &[String], flag: &str, what: &str) -> Option<Vec<T>> {
-    let i = args.iter().position(|a| a == flag)?;
-    let list = args.get(i + 1).unwrap_or_else(|| panic!("{flag} takes a comma-separated list of {what}"));
-    Some(
-        list.split(',')
-            .map(|s| s.trim().parse().unwrap_or_else(|_| panic!("{flag}: {s:?}: expected {what}")))
-            .collect(),
-    )
-}
-
 /// The flags this example takes, each followed by a comma-separated list.
 const FLAGS: [&str; 3] = ["--fresh-seeds", "--notices", "--settings"];
 const USAGE: &str = "usage: generalisation [--settings ROWS] [--fresh-seeds SEEDS] [--notices SECONDS] \
@@ -541,9 +529,9 @@ fn main() {
     check_args(&args);
     let (constants, peer_constants) = shared::constants();
     let fresh_seeds: Vec<u64> =
-        list_arg(&args, "--fresh-seeds", "seeds (unsigned integers)").unwrap_or_default();
+        shared::list_arg(&args, "--fresh-seeds", "seeds (unsigned integers)").unwrap_or_default();
     // `--notices 30` scores other notices (seconds; 0: unannounced).
-    let notices_s: Vec<f64> = list_arg(&args, "--notices", "seconds (numbers; 0: unannounced)")
+    let notices_s: Vec<f64> = shared::list_arg(&args, "--notices", "seconds (numbers; 0: unannounced)")
         .unwrap_or_else(|| NOTICES_S.to_vec());
     let traces: Vec<ScoredTrace> = TRACES
         .iter()
@@ -558,15 +546,18 @@ fn main() {
         })
         .collect();
     // `--settings 0,1` scores only those rows of the grid (quicker).
-    let grid: Vec<Setting> = match list_arg::<usize>(&args, "--settings", "grid rows (indices from 0)") {
-        Some(rows) => rows
-            .into_iter()
-            .map(|row| {
-                *GRID.get(row).unwrap_or_else(|| panic!("--settings: row {row}: the grid has {}", GRID.len()))
-            })
-            .collect(),
-        None => GRID.to_vec(),
-    };
+    let grid: Vec<Setting> =
+        match shared::list_arg::<usize>(&args, "--settings", "grid rows (indices from 0)") {
+            Some(rows) => rows
+                .into_iter()
+                .map(|row| {
+                    *GRID
+                        .get(row)
+                        .unwrap_or_else(|| panic!("--settings: row {row}: the grid has {}", GRID.len()))
+                })
+                .collect(),
+            None => GRID.to_vec(),
+        };
     let cases = run_all(&traces, &notices_s, &grid, &constants, &peer_constants, cadence);
 
     // Leave one family out: on the remaining families, the setting that falls

@@ -54,23 +54,13 @@ const SHAPES: [(u32, f64, f64, f64); 5] = [
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let cadence = shared::take_cadence(&mut args);
-    let seeds: Vec<u64> = match args.as_slice() {
-        [] => vec![1],
-        [flag, list] if flag == "--seeds" => list
-            .split(',')
-            .map(|s| {
-                s.trim().parse().unwrap_or_else(|_| {
-                    eprintln!("--seeds: '{s}' is not a seed (comma-separated integers)");
-                    std::process::exit(2)
-                })
-            })
-            .collect(),
-        _ => {
-            eprintln!("usage: lifetimes [--seeds 1,2] [--cadence seen-so-far|whole-trace]");
-            std::process::exit(2)
-        }
-    };
+    if !(args.is_empty() || args.len() == 2 && args[0] == "--seeds") {
+        eprintln!("usage: lifetimes [--seeds 1,2] [--cadence seen-so-far|whole-trace]");
+        std::process::exit(2)
+    }
+    let seeds: Vec<u64> = shared::list_arg(&args, "--seeds", "seeds (unsigned integers)").unwrap_or(vec![1]);
     let (constants, peer_constants) = shared::constants();
+    let p3 = Profile::load(Path::new("data/profiles/p3-v100-parcae.json")).expect("the p3 profile loads");
     let prices = Prices { spot_usd_per_hour: 0.918, on_demand_usd_per_hour: 3.06 };
     let (mut cases, mut below, mut behind, mut behind_robust) = (0, 0, 0, 0);
     for seed in seeds {
@@ -97,9 +87,7 @@ fn main() {
                 .expect("a bounded-lifetime fleet generates")
                 .intervals;
             for model in MODELS {
-                let profile = Profile::load(Path::new("data/profiles/p3-v100-parcae.json"))
-                    .and_then(|p| p.model_profile(model, &constants))
-                    .expect("the p3 profile loads");
+                let profile = p3.model_profile(model, &constants).expect("the p3 profile has the model");
                 for notice_s in NOTICES_S {
                     let recovery =
                         constants.recovery(notice_s * 1000.0).expect("the constants give a recovery");

@@ -78,3 +78,16 @@ pub fn other_rows(
     }
     rows
 }
+
+/// The comma-separated list after `flag` in `args` (`None` without the flag);
+/// exits with a message naming the flag on a value that does not parse.
+#[allow(dead_code, reason = "the examples that take lists of seeds or notices use it")]
+pub fn list_arg<T: std::str::FromStr>(args: &[String], flag: &str, what: &str) -> Option<Vec<T>> {
+    let i = args.iter().position(|a| a == flag)?;
+    let list = args.get(i + 1).unwrap_or_else(|| panic!("{flag} takes a comma-separated list of {what}"));
+    Some(
+        list.split(',')
+            .map(|s| s.trim().parse().unwrap_or_else(|_| panic!("{flag}: {s:?}: expected {what}")))
+            .collect(),
+    )
+}
