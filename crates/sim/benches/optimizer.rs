@@ -173,17 +173,20 @@ fn whole_trace(c: &mut Criterion) {
     // reactive (a second plan whenever the first layouts differ), checking its
     // own moves at the low end of the churn (two more where the plan moves)
     // and telling bursts apart up to 6 (up to 7 scenarios per interval
-    // instead of 4) cost, and what the proving shadow costs (a third plan
-    // where its decision could differ from the planner shadow's).
+    // instead of 4) cost, what the proving shadow costs (a third plan
+    // where its decision could differ from the planner shadow's) and what
+    // the ARIMA-fed shadow costs (another plan wherever ARIMA's forecast
+    // differs from persistence's or the two shadows' layouts do).
     type Adjust = fn(&mut GuardedLiveput);
     let unannounced = Recovery::UNANNOUNCED;
-    let variants: [(&str, Recovery, Adjust); 9] = [
+    let variants: [(&str, Recovery, Adjust); 11] = [
         ("default-policy", aws, |_| {}),
         ("default-policy/no-deference", aws, |p| p.planner.optimizer.defer_margin = 0.0),
         ("default-policy/at-the-estimate", aws, |p| p.planner.defer_sigmas = 0.0),
         ("default-policy/bursts-to-3", aws, |p| p.planner.estimator.max_extra = 3),
         ("default-policy/no-proving", aws, |p| p.settings.unproven_scale = 1.0),
         ("default-policy/no-work-at-risk", aws, |p| p.settings.plan_at_risk = false),
+        ("default-policy/one-forecast", aws, |p| p.settings.forecast_shadow = false),
         // Unannounced, where the real job plans from its work at risk while it
         // is below the ceiling (a cold start): the default, with every
         // layout's front kept whole in that plan, and without the plan.
@@ -192,6 +195,7 @@ fn whole_trace(c: &mut Criterion) {
             p.settings.at_risk_pairs = usize::MAX
         }),
         ("default-policy/unannounced/no-work-at-risk", unannounced, |p| p.settings.plan_at_risk = false),
+        ("default-policy/unannounced/one-forecast", unannounced, |p| p.settings.forecast_shadow = false),
     ];
     for (name, recovery, adjust) in variants {
         group.bench_function(name, |b| {

@@ -101,6 +101,9 @@ struct Setting {
     /// Whether, once hedging has paid, the planner prices its moves at the
     /// estimate alone (else at the low end).
     trust: bool,
+    /// Whether the guard keeps a planner shadow fed ARIMA's counts and the
+    /// planner plans on whichever forecast's shadow leads.
+    forecast_shadow: bool,
 }
 
 impl Setting {
@@ -120,6 +123,7 @@ impl Setting {
             tenure: d.settings.tenure_regret,
             unproven: d.settings.unproven_scale,
             trust: d.settings.trust_when_proven,
+            forecast_shadow: d.settings.forecast_shadow,
         }
     }
 
@@ -132,6 +136,7 @@ impl Setting {
             tenure_regret: self.tenure,
             unproven_scale: self.unproven,
             trust_when_proven: self.trust,
+            forecast_shadow: self.forecast_shadow,
             ..GuardSettings::default()
         });
         guarded.planner.optimizer.terminal_intervals = self.terminal * f64::from(HORIZON);
@@ -146,7 +151,7 @@ impl Setting {
     /// The setting as the tables show it.
     fn name(self) -> String {
         format!(
-            "{}x, {}{}{}, {}, defer {}{}{}{}, bursts to {}",
+            "{}x, {}{}{}, {}{}, defer {}{}{}{}, bursts to {}",
             self.terminal,
             self.margin,
             match (self.real_regret, self.tenure) {
@@ -156,6 +161,7 @@ impl Setting {
             },
             if self.significance > 0.0 { format!(" and {} sd", self.significance) } else { String::new() },
             self.forecast.as_str(),
+            if self.forecast_shadow { " or ARIMA by shadow" } else { "" },
             self.defer,
             if self.only_moves { " of moves" } else { "" },
             if self.sigmas > 0.0 { format!(" at -{} sd", self.sigmas) } else { String::new() },
@@ -191,6 +197,7 @@ const fn setting(
         tenure: true,
         unproven: 1.0,
         trust: true,
+        forecast_shadow: true,
     }
 }
 
@@ -224,6 +231,12 @@ const fn untrusting(setting: Setting) -> Setting {
     Setting { trust: false, ..setting }
 }
 
+/// [`setting`] whose planner plans on its own forecast only, with no
+/// ARIMA-fed shadow to switch to (the default before the forecast shadow).
+const fn one_forecast(setting: Setting) -> Setting {
+    Setting { forecast_shadow: false, ..setting }
+}
+
 /// [`setting`] deferring only where the planner's best plan moves.
 const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
@@ -236,7 +249,8 @@ const fn of_moves(setting: Setting) -> Setting {
 /// the real job judged over the whole run, at the full low end throughout
 /// (the default before the proving shadow), with a stricter check of 0.7 of
 /// the low end until proven, and at the full low end once proven (the default
-/// before trusting a proven planner); and, each with the
+/// before trusting a proven planner), and with no ARIMA-fed shadow to switch
+/// the planner's forecast to (the default before it); and, each with the
 /// full low end throughout, deference at the estimate alone and two deviations below; the
 /// guard acting only on leads beyond two standard deviations of the score
 /// difference's noise, with deference at one deviation and at the estimate;
@@ -248,7 +262,7 @@ const fn of_moves(setting: Setting) -> Setting {
 /// error, the guard without the real job's regret, a one-horizon terminal
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
-const GRID: [Setting; 16] = [
+const GRID: [Setting; 17] = [
     until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5),
     over_the_run(until_proven(
         at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
@@ -261,13 +275,17 @@ const GRID: [Setting; 16] = [
     of_moves(setting(6.0, 0.002, ForecastChoice::Persistence, 0.002, 6)),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0, 6),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 3), 1.0),
-    at_low_churn(setting(6.0, 0.002, ForecastChoice::Arima, 0.0005, 6), 1.0),
+    one_forecast(at_low_churn(setting(6.0, 0.002, ForecastChoice::Arima, 0.0005, 6), 1.0)),
     at_low_churn(setting(3.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     at_low_churn(setting(6.0, 0.0, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     at_low_churn(setting(6.0, 0.01, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.7),
     untrusting(until_proven(
+        at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
+        0.5,
+    )),
+    one_forecast(until_proven(
         at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
         0.5,
     )),

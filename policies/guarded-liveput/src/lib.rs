@@ -1,6 +1,7 @@
 //! Guarded liveput as a guest component, the default policy: hedged liveput
-//! (a persistence count forecast, the observed churn's risk, the liveput
-//! program; `parcae_policy_core::count_forecast` says why not ARIMA)
+//! (a persistence count forecast, or ARIMA's where the planner fed it has
+//! lately earned more, the observed churn's risk, the liveput program;
+//! `parcae_policy_core::count_forecast` says why persistence first)
 //! followed only while it earns at
 //! least what the reactive baseline would have earned on the same fleet, both
 //! replayed under the cost model on the intervals actually observed
@@ -9,7 +10,7 @@
 //! The algorithms live in `parcae-policy-core` (also linked natively by the
 //! host); this crate binds them to the WIT world. One policy value serves both
 //! interfaces and lives as long as the instance: it holds the forecast's risk
-//! estimate, the guard's three shadows and the transition cache. After a
+//! estimate, the guard's shadows and the transition cache. After a
 //! fault the instance is re-created and the guard starts over from the next
 //! interval.
 
@@ -50,15 +51,20 @@ impl wit_predictor::Guest for Guarded {
 impl wit_optimizer::Guest for Guarded {
     fn optimize(request: wit_optimizer::OptimizeRequest) -> Result<wit::Plan, String> {
         let request = request.convert();
-        let (plan, leader) = POLICY.with(|policy| {
+        let (plan, leader, forecast) = POLICY.with(|policy| {
             let mut policy = policy.borrow_mut();
             let plan = policy.optimize(&request);
-            (plan, policy.leader())
+            (plan, policy.leader(), policy.forecast())
         });
         let plan = plan?;
         if let Some(first) = plan.steps.first() {
             let chosen = first.config.map_or_else(|| "pause".to_string(), |c| c.to_string());
-            log(Level::Debug, &format!("guarded liveput: {chosen} now, {leader:?} in charge"));
+            log(
+                Level::Debug,
+                &format!(
+                    "guarded liveput: {chosen} now, {leader:?} in charge, planning on {forecast:?} counts"
+                ),
+            );
         }
         Ok(plan.convert())
     }
