@@ -234,15 +234,9 @@ fn the_default_plans_on_arimas_counts_where_lost_instances_come_back() {
     use parcae_policy_core::count_forecast::CountPredictor;
     use parcae_policy_core::guard::{GuardSettings, GuardedLiveput};
 
-    let fleet = parcae_traces::synth::BoundedLifetimes {
-        name: "bounded-lifetimes".into(),
-        seed: 1,
-        hours: 12.0,
-        places: 32,
-        min_hours: 1.0,
-        max_hours: 3.0,
-        refill_minutes: 5.0,
-    };
+    let fleet =
+        parcae_traces::synth::BoundedLifetimes::from_spec("32:1-3:5", "bounded-lifetimes".into(), 12.0, 1)
+            .unwrap();
     let series = fleet.generate().unwrap().series(T).unwrap().intervals;
     let recovery = constants().recovery(AWS_NOTICE_MS).unwrap();
     let held =

@@ -191,15 +191,9 @@ fn the_guard_hands_over_in_the_guest_too() {
 /// forecast the host is given switching too, within half the fuel budget.
 #[test]
 fn the_planner_switches_forecasts_in_the_guest_too() {
-    let fleet = parcae_traces::synth::BoundedLifetimes {
-        name: "bounded-lifetimes".into(),
-        seed: 1,
-        hours: 12.0,
-        places: 32,
-        min_hours: 1.0,
-        max_hours: 3.0,
-        refill_minutes: 5.0,
-    };
+    let fleet =
+        parcae_traces::synth::BoundedLifetimes::from_spec("32:1-3:5", "bounded-lifetimes".into(), 12.0, 1)
+            .unwrap();
     let all = fleet.generate().unwrap().series(60_000).unwrap().intervals;
     let aws = constants().recovery(120_000.0).unwrap();
     let agreed = run_guest_against_native("gpt-1.5b", &all[..290], aws);

@@ -127,7 +127,7 @@ fn synth(
             (spec.generate_csv()?, spec.name)
         }
         (None, None, Some(lifetimes)) => {
-            let spec = bounded_lifetimes(lifetimes, name, hours, seed)?;
+            let spec = BoundedLifetimes::from_spec(lifetimes, name, hours, seed).context("--lifetimes")?;
             (spec.generate_csv()?, format!("bounded lifetimes {lifetimes}"))
         }
         (None, None, None) => anyhow::bail!("give --scenario, --like or --lifetimes"),
@@ -139,29 +139,6 @@ fn synth(
         eprintln!("{}: {label} ({hours} h, seed {seed})", output.display());
     }
     Ok(())
-}
-
-/// `--lifetimes PLACES:MIN_H-MAX_H:REFILL_MIN` as a generator's parameters
-/// (their ranges are checked when it generates, naming the field).
-fn bounded_lifetimes(text: &str, name: String, hours: f64, seed: u64) -> anyhow::Result<BoundedLifetimes> {
-    let form = || {
-        anyhow::anyhow!(
-            "--lifetimes '{text}': expected PLACES:MIN_H-MAX_H:REFILL_MIN, e.g. 32:1-3:5 (32 places, \
-             lifetimes of 1 to 3 hours, refilled after 5 minutes)"
-        )
-    };
-    let [places, range, refill] = text.split(':').collect::<Vec<_>>()[..] else { return Err(form()) };
-    let (min, max) = range.split_once('-').ok_or_else(form)?;
-    let number = |s: &str| s.trim().parse::<f64>().map_err(|_| form());
-    Ok(BoundedLifetimes {
-        name,
-        seed,
-        hours,
-        places: places.trim().parse().map_err(|_| form())?,
-        min_hours: number(min)?,
-        max_hours: number(max)?,
-        refill_minutes: number(refill)?,
-    })
 }
 
 /// `trace stats`.
