@@ -363,9 +363,6 @@ struct ForecastShadow {
     /// Weighted sum of the squared per-interval differences of the two
     /// forecast shadows (weights squared).
     variance: f64,
-    /// The two forecast shadows' scores over the intervals both were scored
-    /// on, as the choice weighs them: persistence's, ARIMA's.
-    totals: [f64; 2],
 }
 
 /// An observed interval whose real-job score waits for the next request.
@@ -665,7 +662,11 @@ impl GuardedLiveput {
             own.forecast.extend_from_slice(counts);
             own
         };
-        let persistence_request = forecasts.as_ref().map(|[persistence, _]| fed(persistence));
+        // Persistence's forecast is the real job's too unless ARIMA's leads.
+        let persistence_request = forecasts
+            .as_ref()
+            .filter(|[persistence, _]| request.forecast.get(1..) != Some(persistence.as_slice()))
+            .map(|[persistence, _]| fed(persistence));
         let request_p = persistence_request.as_ref().unwrap_or(request);
         let mut decided = [None; 2];
         for candidate in [Candidate::Planner, Candidate::Reactive] {
@@ -763,16 +764,14 @@ impl GuardedLiveput {
                 let shadow = self.forecasts.shadow;
                 let value =
                     score(&request.profile, shadow.layout, before, observed, to, shadow.carried_ms).ok();
-                self.forecasts.shadow.advance(to, keep, value.filter(|_| scorable));
+                let value = value.filter(|_| scorable);
+                self.forecasts.shadow.advance(to, keep, value);
                 self.forecasts.variance *= keep * keep;
-                self.forecasts.totals.iter_mut().for_each(|t| *t *= keep);
-                if let (Some(a), Some(p)) = (value.filter(|_| scorable), values[Candidate::Planner as usize])
-                {
+                if let (Some(a), Some(p)) = (value, values[Candidate::Planner as usize]) {
                     self.forecasts.variance += (a.expected_samples - p.expected_samples).powi(2);
-                    self.forecasts.totals[0] += p.expected_samples;
-                    self.forecasts.totals[1] += a.expected_samples;
                 }
-                let [persistence, arima] = self.forecasts.totals;
+                let (persistence, arima) =
+                    (self.shadows[Candidate::Planner as usize].score, self.forecasts.shadow.score);
                 let (margin, noise) = (
                     self.settings.forecast_margin,
                     self.settings.forecast_significance * self.forecasts.variance.sqrt(),
@@ -782,24 +781,23 @@ impl GuardedLiveput {
                 } else {
                     arima > persistence + (margin * persistence.abs()).max(noise)
                 };
-                value.filter(|_| scorable)
+                value
             }
             None => None,
         };
-        if forecasts.is_some() {
-            self.forecasts.last = forecasts;
-        }
+        self.forecasts.last = forecasts;
         // The planner the guard weighs against reactive: the one fed the
         // forecast the planner now plans on.
-        let arima_leads = self.forecasts.arima_leads && arima_value.is_some();
-        let planner_value = if arima_leads { arima_value } else { values[Candidate::Planner as usize] };
+        let (planner_value, planner) = if self.forecasts.arima_leads {
+            (arima_value, self.forecasts.shadow.score)
+        } else {
+            (values[Candidate::Planner as usize], self.shadows[Candidate::Planner as usize].score)
+        };
         self.lead_variance *= keep * keep;
         if let (Some(planner), Some(reactive)) = (planner_value, values[Candidate::Reactive as usize]) {
             self.lead_variance += (planner.expected_samples - reactive.expected_samples).powi(2);
         }
-        let planner =
-            if self.forecasts.arima_leads { self.forecasts.shadow.score } else { self.shadows[0].score };
-        let reactive = self.shadows[1].score;
+        let reactive = self.shadows[Candidate::Reactive as usize].score;
         let (margin, z) = (self.settings.margin, self.settings.significance);
         let lead_noise = z * self.lead_variance.sqrt();
         // The real job against the reactive shadow, over the same intervals.
@@ -905,12 +903,12 @@ impl Predictor for GuardedLiveput {
         // A mixed fleet plans on speeds that change with its composition and
         // without churn; its plans are the guest's heaviest calls already.
         let kept = self.settings.forecast_shadow && request.history_by_type.is_empty();
-        let arima = if kept { self.forecasts.arima.predict(request).ok() } else { None };
-        let Some(arima) = arima else {
+        if !kept {
             self.forecasts.last = None;
             self.forecasts.arima_leads = false;
             return Ok(persistence);
-        };
+        }
+        let arima = self.forecasts.arima.predict(request)?;
         let chosen = if self.forecasts.arima_leads { arima.clone() } else { persistence.clone() };
         self.forecasts.last = Some([persistence, arima]);
         Ok(chosen)
@@ -1367,8 +1365,9 @@ mod tests {
     }
 
     /// A fleet whose count stays put: both forecasts agree, so the ARIMA-fed
-    /// shadow makes the persistence shadow's decisions (reused, not planned
-    /// again), earns what it earns, and the planner stays on persistence.
+    /// shadow makes the persistence shadow's decisions, earns what it earns,
+    /// and the planner stays on persistence, deciding as with no second
+    /// shadow at all.
     #[test]
     fn a_flat_fleet_keeps_the_two_forecast_shadows_together() {
         let history = IntervalStats::chain_from(0, &[8; 12]);
@@ -1405,7 +1404,8 @@ mod tests {
         // behind the difference: does the planner switch?
         let switches = |lead: f64, variance: f64| {
             let mut guard = guard.clone();
-            guard.forecasts.totals = [1e9, 1e9 * (1.0 + lead)];
+            guard.shadows[Candidate::Planner as usize].score = 1e9;
+            guard.forecasts.shadow.score = 1e9 * (1.0 + lead);
             guard.forecasts.variance = variance;
             guard.predict(&asked).unwrap();
             guard.optimize(&request(history[last], None, 6)).unwrap();
@@ -1420,7 +1420,8 @@ mod tests {
         assert_eq!(guard.predict(&asked).unwrap(), arima_forecast);
         let back = |lead: f64| {
             let mut guard = guard.clone();
-            guard.forecasts.totals = [1e9 * (1.0 + lead), 1e9];
+            guard.shadows[Candidate::Planner as usize].score = 1e9 * (1.0 + lead);
+            guard.forecasts.shadow.score = 1e9;
             guard.forecasts.variance = 0.0;
             guard.optimize(&request(history[last], None, 6)).unwrap();
             guard.forecast()

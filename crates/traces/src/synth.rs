@@ -183,6 +183,8 @@ pub enum SynthError {
          hours, refilled after 5 minutes)"
     )]
     Spec {
+        /// The name the trace would have had.
+        name: String,
         /// The spec as given.
         text: String,
     },
@@ -200,9 +202,8 @@ impl SynthError {
     /// The trace the error is about: the synthetic trace's name, or the file fitted.
     pub fn path(&self) -> &Path {
         match self {
-            SynthError::Parameter { name, .. } => Path::new(name),
             SynthError::Unfittable { path, .. } => Path::new(path),
-            SynthError::Spec { text } => Path::new(text),
+            SynthError::Parameter { name, .. } | SynthError::Spec { name, .. } => Path::new(name),
         }
     }
 }
@@ -449,19 +450,13 @@ impl BoundedLifetimes {
     /// checked here; the ranges are checked when it generates, naming the
     /// field.
     pub fn from_spec(text: &str, name: String, hours: f64, seed: u64) -> Result<Self, SynthError> {
-        let form = || SynthError::Spec { text: text.to_string() };
+        let form = || SynthError::Spec { name: name.clone(), text: text.to_string() };
         let [places, range, refill] = text.split(':').collect::<Vec<_>>()[..] else { return Err(form()) };
         let (min, max) = range.split_once('-').ok_or_else(form)?;
         let number = |s: &str| s.trim().parse::<f64>().map_err(|_| form());
-        Ok(BoundedLifetimes {
-            name,
-            seed,
-            hours,
-            places: places.trim().parse().map_err(|_| form())?,
-            min_hours: number(min)?,
-            max_hours: number(max)?,
-            refill_minutes: number(refill)?,
-        })
+        let places = places.trim().parse().map_err(|_| form())?;
+        let (min_hours, max_hours, refill_minutes) = (number(min)?, number(max)?, number(refill)?);
+        Ok(BoundedLifetimes { name, seed, hours, places, min_hours, max_hours, refill_minutes })
     }
 
     fn check(&self) -> Result<(), SynthError> {
@@ -657,7 +652,8 @@ mod tests {
         );
         for malformed in ["8:1-3", "8:1:3:5", "eight:1-3:5", "8:1-x:5", "8:13:5", ""] {
             let err = BoundedLifetimes::from_spec(malformed, "x".into(), 1.0, 1).unwrap_err();
-            assert!(matches!(&err, SynthError::Spec { text } if text == malformed), "{malformed}: {err}");
+            assert!(matches!(&err, SynthError::Spec { text, .. } if text == malformed), "{malformed}: {err}");
+            assert_eq!(err.path(), Path::new("x"), "the error names the trace");
             assert!(err.to_string().contains("expected PLACES:MIN_H-MAX_H:REFILL_MIN"), "{err}");
         }
         assert_eq!(spec.generate_csv().unwrap(), spec.generate_csv().unwrap(), "seeded");
