@@ -395,24 +395,32 @@ struct PendingInterval {
 pub const DEFAULT_GUARD_SIGNIFICANCE: f64 = 0.0;
 
 /// The default [`GuardSettings::forecast_margin`]: the planner plans on the
-/// other forecast once its shadow leads by 2% of the score, and
+/// other forecast once its shadow leads by 1% of the score, and
 /// ([`DEFAULT_FORECAST_SIGNIFICANCE`]) by two standard deviations of the
 /// difference's noise. Persistence is the forecast the planner starts on
 /// for a reason ([`crate::count_forecast`]), and switching has a price the
 /// shadows do not pay: the real job moves from the layout the old forecast
 /// chose to the one the new forecast would have reached. With the guard's
-/// own 0.2% and no significance, the fleets of bounded lifetimes
-/// (`crates/sim/examples/lifetimes.rs`, seed 1, 30 cases) went from 7 below
-/// 97% of the Oracle to 1, but a brief lead on near ties moved the real job
-/// for nothing: the generalisation table's g4dn GPT-6.7B unannounced fell
-/// to 96.9%, its cases behind the best baseline or peer rose from 3 to 7
-/// and the fresh traces' from 8 to 20. Measured side by side on the table
-/// and the fresh seeds 11-14: 1% and 2 deviations kept 2 below 97% on those
-/// fleets but trailed in one more case of each (worst 0.9985); 3 deviations
-/// left 6 below; a whole-run sum instead of the window did no better than
-/// the window. 2% and 2 deviations left the table's and the fresh traces'
-/// counts as they were and took those fleets to 4 below 97%.
-pub const DEFAULT_FORECAST_MARGIN: f64 = 0.02;
+/// own 0.2% and no significance, a brief lead on near ties moved the real
+/// job for nothing: the generalisation table's g4dn GPT-6.7B unannounced fell
+/// to 96.9% of the Oracle, its cases behind the best baseline or peer rose
+/// from 3 to 7 and the fresh traces' from 8 to 20; 3 deviations, or 4, left
+/// the bounded-lifetime fleets where they were. 2% and 2 deviations (the
+/// default before) and 1% were measured side by side on data neither was
+/// chosen on (`crates/sim/examples`): on bounded-lifetime fleets
+/// (`lifetimes`, seeds 4-6, AWS's and GCP's notices and none, 135 cases) 1%
+/// lifted 41 cases and lowered none, 32 below 97% of the Oracle to 13 (the
+/// GPT-6.7B fleets of 1-3 h lives, whose ARIMA-fed shadow leads by about 1%
+/// for hours, never cleared 2%); on 900 random fleets (seeds 1001-2000) 10
+/// below 97% to 6, 24 behind the best baseline or peer to 23; on fresh
+/// generalisation traces (seeds 21-24, 144 cases) none below 97% either way,
+/// but 6 behind to 8, the p3 look-alike's GPT-6.7B unannounced, where the
+/// switch did not pay the real job (seed 23: 1.0018 of reactive to 0.9977).
+/// On the table itself one case more behind (the p3 look-alike's GPT-6.7B
+/// with notice, 1.0000 to 0.9995). The rule: fewer cases below 97% of the
+/// Oracle on held-out shapes outweighs near ties lost by a quarter of a
+/// percent at most.
+pub const DEFAULT_FORECAST_MARGIN: f64 = 0.01;
 
 /// The default [`GuardSettings::forecast_significance`]: two standard
 /// deviations ([`DEFAULT_FORECAST_MARGIN`] says what it was measured to do).

@@ -38,7 +38,7 @@ use std::path::Path;
 use parcae_policy_core::IntervalStats;
 use parcae_policy_core::ParallelConfig;
 use parcae_policy_core::count_forecast::{CountForecaster, ForecastChoice};
-use parcae_policy_core::guard::{GuardSettings, GuardedLiveput};
+use parcae_policy_core::guard::{DEFAULT_FORECAST_MARGIN, GuardSettings, GuardedLiveput};
 use parcae_profile::{CostConstants, Profile};
 use parcae_sim::peers::PeerConstants;
 use parcae_sim::{
@@ -104,6 +104,9 @@ struct Setting {
     /// Whether the guard keeps a planner shadow fed ARIMA's counts and the
     /// planner plans on whichever forecast's shadow leads.
     forecast_shadow: bool,
+    /// The fraction of the score by which the other forecast's shadow must
+    /// lead before the planner plans on that forecast.
+    forecast_margin: f64,
 }
 
 impl Setting {
@@ -124,6 +127,7 @@ impl Setting {
             unproven: d.settings.unproven_scale,
             trust: d.settings.trust_when_proven,
             forecast_shadow: d.settings.forecast_shadow,
+            forecast_margin: d.settings.forecast_margin,
         }
     }
 
@@ -137,6 +141,7 @@ impl Setting {
             unproven_scale: self.unproven,
             trust_when_proven: self.trust,
             forecast_shadow: self.forecast_shadow,
+            forecast_margin: self.forecast_margin,
             ..GuardSettings::default()
         });
         guarded.planner.optimizer.terminal_intervals = self.terminal * f64::from(HORIZON);
@@ -161,7 +166,11 @@ impl Setting {
             },
             if self.significance > 0.0 { format!(" and {} sd", self.significance) } else { String::new() },
             self.forecast.as_str(),
-            if self.forecast_shadow { " or ARIMA by shadow" } else { "" },
+            if self.forecast_shadow {
+                format!(" or ARIMA by shadow ({})", self.forecast_margin)
+            } else {
+                String::new()
+            },
             self.defer,
             if self.only_moves { " of moves" } else { "" },
             if self.sigmas > 0.0 { format!(" at -{} sd", self.sigmas) } else { String::new() },
@@ -198,6 +207,7 @@ const fn setting(
         unproven: 1.0,
         trust: true,
         forecast_shadow: true,
+        forecast_margin: DEFAULT_FORECAST_MARGIN,
     }
 }
 
@@ -237,6 +247,12 @@ const fn one_forecast(setting: Setting) -> Setting {
     Setting { forecast_shadow: false, ..setting }
 }
 
+/// [`setting`] whose planner switches forecast only on a lead of `margin`
+/// of the score (the default's margin before the held-out fleets chose 1%).
+const fn forecast_margin(setting: Setting, margin: f64) -> Setting {
+    Setting { forecast_margin: margin, ..setting }
+}
+
 /// [`setting`] deferring only where the planner's best plan moves.
 const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
@@ -249,8 +265,9 @@ const fn of_moves(setting: Setting) -> Setting {
 /// the real job judged over the whole run, at the full low end throughout
 /// (the default before the proving shadow), with a stricter check of 0.7 of
 /// the low end until proven, and at the full low end once proven (the default
-/// before trusting a proven planner), and with no ARIMA-fed shadow to switch
-/// the planner's forecast to (the default before it); and, each with the
+/// before trusting a proven planner), with no ARIMA-fed shadow to switch
+/// the planner's forecast to (the default before it), and switching only on
+/// a 2% lead (the default's margin before); and, each with the
 /// full low end throughout, deference at the estimate alone and two deviations below; the
 /// guard acting only on leads beyond two standard deviations of the score
 /// difference's noise, with deference at one deviation and at the estimate;
@@ -262,7 +279,7 @@ const fn of_moves(setting: Setting) -> Setting {
 /// error, the guard without the real job's regret, a one-horizon terminal
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
-const GRID: [Setting; 17] = [
+const GRID: [Setting; 18] = [
     until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5),
     over_the_run(until_proven(
         at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
@@ -289,6 +306,10 @@ const GRID: [Setting; 17] = [
         at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
         0.5,
     )),
+    forecast_margin(
+        until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5),
+        0.02,
+    ),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.

@@ -42,7 +42,9 @@ const INTERVAL_MS: u64 = 60_000;
 const HORIZON: u32 = 8;
 const HOURS: f64 = 12.0;
 const MODELS: [&str; 3] = ["gpt-1.5b", "gpt-6.7b", "bert"];
-const NOTICES_S: [f64; 2] = [120.0, 0.0];
+/// AWS's two minutes, GCP's and Azure's 30 s (a managed group of preemptible VMs,
+/// this shape, is GCP's) and none.
+const NOTICES_S: [f64; 3] = [120.0, 30.0, 0.0];
 /// `(places, shortest and longest lifetime in hours, refill delay in minutes)`.
 const SHAPES: [(u32, f64, f64, f64); 5] = [
     (32, 1.0, 3.0, 5.0),

@@ -186,7 +186,7 @@ fn the_guard_hands_over_in_the_guest_too() {
 
 /// Where instances live 1-3 h and are replaced 5 minutes after they go, the
 /// planner fed ARIMA's counts earns clearly more than the one fed
-/// persistence's, and from interval 277 the planner plans on ARIMA's counts
+/// persistence's, and from interval 261 the planner plans on ARIMA's counts
 /// (`guard`, *Which forecast*): in the guest exactly as natively, with the
 /// forecast the host is given switching too, within half the fuel budget.
 #[test]
