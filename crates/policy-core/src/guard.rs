@@ -785,9 +785,9 @@ impl GuardedLiveput {
                     self.settings.forecast_significance * self.forecasts.variance.sqrt(),
                 );
                 self.forecasts.arima_leads = if self.forecasts.arima_leads {
-                    persistence <= arima + (margin * arima.abs()).max(noise)
+                    !leads_clearly(persistence, arima, margin, noise)
                 } else {
-                    arima > persistence + (margin * persistence.abs()).max(noise)
+                    leads_clearly(arima, persistence, margin, noise)
                 };
                 value
             }
@@ -813,12 +813,10 @@ impl GuardedLiveput {
             && -self.real_gap > (margin * self.real.score.abs()).max(z * self.real_variance.sqrt());
         let was = self.leader;
         self.leader = match self.leader {
-            Candidate::Planner if behind || reactive > planner + (margin * planner.abs()).max(lead_noise) => {
+            Candidate::Planner if behind || leads_clearly(reactive, planner, margin, lead_noise) => {
                 Candidate::Reactive
             }
-            Candidate::Reactive
-                if !behind && planner > reactive + (margin * reactive.abs()).max(lead_noise) =>
-            {
+            Candidate::Reactive if !behind && leads_clearly(planner, reactive, margin, lead_noise) => {
                 Candidate::Planner
             }
             leader => leader,
@@ -840,6 +838,14 @@ impl GuardedLiveput {
         });
         Ok(())
     }
+}
+
+/// Whether `challenger`'s score beats `leader`'s by `margin` of it and by
+/// `noise` (the lead's standard deviations, already scaled): the one rule
+/// every hand-over in the guard follows, between candidates and between
+/// forecasts, so each leader keeps its place until a clear lead (hysteresis).
+fn leads_clearly(challenger: f64, leader: f64, margin: f64, noise: f64) -> bool {
+    challenger > leader + (margin * leader.abs()).max(noise)
 }
 
 impl GuardedLiveput {

@@ -258,6 +258,11 @@ const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
 }
 
+/// The default's row (the first of [`GRID`]), which several rows vary by one
+/// setting.
+const DEFAULT_ROW: Setting =
+    until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5);
+
 /// The grid the held-out selection chooses from: the default (deference at
 /// the churn estimate, and for the planner's own moves one standard deviation
 /// below it, at half that rate until hedging has paid on the fleet and at the
@@ -280,11 +285,8 @@ const fn of_moves(setting: Setting) -> Setting {
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
 const GRID: [Setting; 18] = [
-    until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5),
-    over_the_run(until_proven(
-        at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
-        0.5,
-    )),
+    DEFAULT_ROW,
+    over_the_run(DEFAULT_ROW),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 2.0),
     significant(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 2.0),
@@ -298,18 +300,9 @@ const GRID: [Setting; 18] = [
     at_low_churn(setting(6.0, 0.01, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
     until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.7),
-    untrusting(until_proven(
-        at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
-        0.5,
-    )),
-    one_forecast(until_proven(
-        at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0),
-        0.5,
-    )),
-    forecast_margin(
-        until_proven(at_low_churn(setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6), 1.0), 0.5),
-        0.02,
-    ),
+    untrusting(DEFAULT_ROW),
+    one_forecast(DEFAULT_ROW),
+    forecast_margin(DEFAULT_ROW, 0.02),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.
