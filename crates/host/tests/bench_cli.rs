@@ -420,3 +420,45 @@ fn a_bounded_lifetime_fleet_generates_and_benches() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Planning with the true future through a fleet whose every loss wipes a
+/// stage (16 places of 0.5-1.5 h refilled after 2 minutes, GPT-6.7B on 16
+/// stages, no notice): an interval that surely rolls back and trains nothing
+/// once left its work at risk a rounding error below zero, and `bench` failed
+/// planning liveput-truth (`at_risk = -2.8e-14: must be a finite number >= 0`).
+#[test]
+fn the_true_future_plans_through_a_fleet_where_every_loss_wipes_a_stage() {
+    let dir = scratch("wipes-every-loss");
+    let trace = dir.join("lifetimes.csv");
+    let made = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
+        .current_dir(root())
+        .args(["trace", "synth", "--hours", "6", "--seed", "3", "--lifetimes", "16:0.5-1.5:2", "-o"])
+        .arg(&trace)
+        .output()
+        .expect("running parcae-host");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let json = dir.join("out.json");
+    bench(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--profile",
+        "data/profiles/p3-v100-parcae.json",
+        "--model",
+        "gpt-6.7b",
+        "--notice-seconds",
+        "0",
+        "--baselines",
+        "oracle,liveput-truth",
+        "--peers",
+        "none",
+        "--policy",
+        "builtin:reactive",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let records = records(&json);
+    let truth = samples(by_policy(&records, "liveput-truth"));
+    let oracle = samples(by_policy(&records, "oracle"));
+    assert!(truth > 0.0 && truth <= oracle, "liveput-truth {truth} samples, the Oracle {oracle}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -866,10 +866,8 @@ impl GuardedLiveput {
             liveput_over(&pending.profile, pending.from, to, &dist, interval_ms, self.real.carried_ms)?;
         let p_reset = dist.p_lost_work();
         let gross = value.expected_samples + p_reset * lost_samples(&pending.profile, pending.from, &dist)?;
-        // Never below 0 (rounding), which the planner would refuse.
         self.real_at_risk =
-            at_risk::at_risk_after(self.real_at_risk, p_reset, gross, at_risk::ceiling(&pending.profile))
-                .max(0.0);
+            at_risk::at_risk_after(self.real_at_risk, p_reset, gross, at_risk::ceiling(&pending.profile));
         Ok(value)
     }
 
