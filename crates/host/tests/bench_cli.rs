@@ -408,6 +408,26 @@ fn a_bounded_lifetime_fleet_generates_and_benches() {
         by_policy(&records, "builtin:reactive")["samples"],
         by_policy(&records, "reactive")["samples"]
     );
+    // A fleet that loses nothing in its hours still lasts them: the file
+    // ends with an `end` row, and `bench` scores every interval.
+    let calm = dir.join("calm.csv");
+    let made = synth(&["--lifetimes", "8:7-8:5", "-o", calm.to_str().unwrap()]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let text = std::fs::read_to_string(&calm).unwrap();
+    assert_eq!(text.lines().last(), Some("21600000,end,"), "{text}");
+    let table = bench(&[
+        "--trace",
+        calm.to_str().unwrap(),
+        "--profile",
+        "data/profiles/example-small.json",
+        "--baselines",
+        "reactive",
+        "--peers",
+        "none",
+        "--policy",
+        "builtin:reactive",
+    ]);
+    assert!(table.contains("360 intervals of 60 s (6.00 h)"), "{table}");
     for (spec, expected) in [
         ("8:1-3", "expected PLACES:MIN_H-MAX_H:REFILL_MIN"),
         ("8:3-1:5", "max_hours = 1: must be at least min_hours"),

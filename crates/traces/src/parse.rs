@@ -278,9 +278,13 @@ pub(crate) fn csv_rows(text: &str) -> impl Iterator<Item = (usize, Vec<&str>)> {
         .map(|(_, row)| row)
 }
 
-/// Format 1: `t_ms,add|remove,node`.
+/// Format 1: `t_ms,add|remove,node`, and optionally a last row `t_ms,end,`
+/// that carries the trace on past its last event (a calm tail: a synthetic
+/// fleet's hours after its last loss, a ticks file's last count held).
 fn events_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
     let mut b = Builder::new();
+    // The `end` row's time and line, once seen: no row may follow it.
+    let mut ended: Option<(u64, usize)> = None;
     for (line_no, fields) in csv_rows(text) {
         let [t, op, node] = fields.as_slice() else {
             return Err(ctx.at_line(
@@ -288,18 +292,36 @@ fn events_csv(ctx: &Ctx, text: &str) -> Result<Trace, TraceError> {
                 format!("expected 3 comma-separated fields (t_ms,op,node), found {}", fields.len()),
             ));
         };
+        if let Some((_, end_line)) = ended {
+            return Err(ctx.at_line(line_no, format!("a row after the end row of line {end_line}")));
+        }
         let t = parse_ms(t, "timestamp").map_err(|r| ctx.at_line(line_no, r))?;
         let result = match *op {
             "add" => b.add(t, node),
             "remove" => b.remove(t, node),
-            other => Err(format!("unknown operation '{other}' (expected add or remove)")),
+            "end" => end_row(&b, t, node).map(|()| ended = Some((t, line_no))),
+            other => Err(format!("unknown operation '{other}' (expected add, remove or end)")),
         };
         result.map_err(|r| ctx.at_line(line_no, r))?;
     }
-    let Some(end) = b.last_t() else {
+    let Some(last) = b.last_t() else {
         return Err(ctx.empty("no event rows"));
     };
-    Ok(b.finish(ctx, Format::EventsCsv, end, false, None))
+    Ok(b.finish(ctx, Format::EventsCsv, ended.map_or(last, |(end, _)| end), false, None))
+}
+
+/// Checks an events CSV's `t_ms,end,` row: no node, at or after every event.
+fn end_row(b: &Builder, t_ms: u64, node: &str) -> Result<(), String> {
+    if !node.is_empty() {
+        return Err(format!("the end row names no node (found '{node}'): write `{t_ms},end,`"));
+    }
+    match b.last_t() {
+        Some(last) if t_ms < last => {
+            Err(format!("end at {t_ms} ms is earlier than the previous event at {last} ms"))
+        }
+        Some(_) => Ok(()),
+        None => Err("an end row before any event".to_string()),
+    }
 }
 
 /// Format 2: `t_ms,count_after_event`.
@@ -715,6 +737,28 @@ mod tests {
         assert!(late.contains("t.txt:2"), "{late}");
         let only = parse("time,event,instance\n", None).unwrap_err().to_string();
         assert!(only.contains("no event rows"), "{only}");
+    }
+
+    /// An events CSV may end past its last event with one last `t_ms,end,`
+    /// row (what the writer adds for a calm tail); the row is checked like
+    /// any other and named by line when wrong.
+    #[test]
+    fn an_end_row_carries_an_events_csv_past_its_last_event() {
+        let t = parse("t_ms,op,node\n0,add,a\n60000,remove,a\n3600000,end,\n", None).unwrap();
+        assert_eq!((t.format(), t.events().len(), t.end_ms()), (Format::EventsCsv, 2, 3_600_000));
+        assert_eq!(t.series(60_000).unwrap().intervals.len(), 60);
+        let at_last = parse("0,add,a\n0,end,\n", None).unwrap();
+        assert_eq!(at_last.end_ms(), 0);
+        for (text, expected) in [
+            ("0,add,a\n60000,remove,a\n30000,end,\n", "t.txt:3: end at 30000 ms is earlier"),
+            ("0,add,a\n60000,end,\n90000,add,b\n", "t.txt:3: a row after the end row of line 2"),
+            ("0,add,a\n60000,end,a\n", "t.txt:2: the end row names no node"),
+            ("0,end,\n", "t.txt:1: an end row before any event"),
+            ("0,add,a\n60000,stop,\n", "expected add, remove or end"),
+        ] {
+            let err = parse(text, None).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -404,8 +404,7 @@ impl SynthSpec {
             }
             t += STEP_MS;
         }
-        // The canonical format ends at the last event; pin the length with a
-        // last no-op pair only when the trace would otherwise be shorter.
+        end_row(&mut out, end_ms);
         Ok(out)
     }
 
@@ -513,6 +512,7 @@ impl BoundedLifetimes {
         for (t, removes, id) in events {
             let _ = writeln!(out, "{t},{},n{id}", if removes { "remove" } else { "add" });
         }
+        end_row(&mut out, end_ms);
         Ok(out)
     }
 
@@ -522,6 +522,13 @@ impl BoundedLifetimes {
         let csv = self.generate_csv()?;
         crate::parse(Path::new(&format!("{}.csv", self.name)), csv.as_bytes(), Some(crate::Format::EventsCsv))
     }
+}
+
+/// Ends a generated events CSV at `end_ms`, its hours: the canonical format
+/// otherwise ends at the last event, and a fleet calm in its last hour (or in
+/// all of a short trace) would lose that hour.
+fn end_row(out: &mut String, end_ms: u64) {
+    let _ = writeln!(out, "{end_ms},end,");
 }
 
 /// Takes `count` random instances (all of them when `count >= alive`).

@@ -33,10 +33,16 @@ fn seg(t: &str, op: &str, nodes: &str, duration: &str) -> String {
 #[test]
 fn event_csv_errors() {
     let f = "p3-events.csv";
-    check(f, "0,add,a\n0,add,b\n60000,ad,c\n", None, ":3", "unknown operation 'ad' (expected add or remove)");
+    check(
+        f,
+        "0,add,a\n0,add,b\n60000,ad,c\n",
+        None,
+        ":3",
+        "unknown operation 'ad' (expected add, remove or end)",
+    );
     assert_eq!(
         err(f, "0,add,a\n0,add,b\n60000,ad,c\n", None).to_string(),
-        "p3-events.csv:3: unknown operation 'ad' (expected add or remove)"
+        "p3-events.csv:3: unknown operation 'ad' (expected add, remove or end)"
     );
     check(f, "t_ms,op,node\n0,add,a\n10,add\n", None, ":3", "expected 3 comma-separated fields");
     check(f, "0,add,a\n-5,add,b\n", None, ":2", "timestamp '-5' is negative");
@@ -235,6 +241,7 @@ fn exercise(data: &[u8], format: Option<Format>) -> bool {
             parcae_traces::write_events_csv(t, &mut out).expect("write to a Vec");
             let again = parse(Path::new("again.csv"), &out, None).expect("canonical output must load");
             assert_eq!(again.events(), t.events());
+            assert_eq!(again.end_ms(), t.end_ms(), "the canonical output keeps the end");
         } else if let Err(e) = &r {
             let _ = e.to_string();
         }

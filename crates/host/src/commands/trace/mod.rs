@@ -87,7 +87,8 @@ pub enum TraceCommand {
 /// What `trace convert` writes.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ConvertTarget {
-    /// `t_ms,op,node` rows: lossless, the canonical format.
+    /// `t_ms,op,node` rows (and a last `t_ms,end,` row where the trace runs on
+    /// past its last event): lossless, the canonical format.
     Events,
     /// `interval,start_ms,instances,arrivals,preemptions` at the chosen interval.
     Series,
