@@ -49,6 +49,16 @@ fn bench_in(dir: &Path, args: &[&str]) -> String {
     stdout
 }
 
+/// Runs `parcae-host trace synth ARGS` from the workspace root.
+fn synth(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_parcae-host"))
+        .current_dir(root())
+        .args(["trace", "synth"])
+        .args(args)
+        .output()
+        .expect("running parcae-host")
+}
+
 fn records(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap();
     serde_json::from_str::<Vec<Value>>(&text).unwrap()
@@ -374,14 +384,7 @@ fn the_checkpoint_cadence_follows_the_losses_seen_so_far_unless_told_otherwise()
 fn a_bounded_lifetime_fleet_generates_and_benches() {
     let dir = scratch("lifetimes");
     let trace = dir.join("lifetimes.csv");
-    let synth = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_parcae-host"))
-            .current_dir(root())
-            .args(["trace", "synth", "--hours", "6", "--seed", "2"])
-            .args(args)
-            .output()
-            .expect("running parcae-host")
-    };
+    let synth = |args: &[&str]| synth(&[&["--hours", "6", "--seed", "2"], args].concat());
     let made = synth(&["--lifetimes", "8:1-3:5", "-o", trace.to_str().unwrap()]);
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let text = std::fs::read_to_string(&trace).unwrap();
@@ -450,29 +453,19 @@ fn a_bounded_lifetime_fleet_generates_and_benches() {
 fn the_true_future_plans_through_a_fleet_where_every_loss_wipes_a_stage() {
     let dir = scratch("wipes-every-loss");
     let trace = dir.join("lifetimes.csv");
-    let made = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
-        .current_dir(root())
-        .args(["trace", "synth", "--hours", "6", "--seed", "3", "--lifetimes", "16:0.5-1.5:2", "-o"])
-        .arg(&trace)
-        .output()
-        .expect("running parcae-host");
+    let made =
+        synth(&["--hours", "6", "--seed", "3", "--lifetimes", "16:0.5-1.5:2", "-o", trace.to_str().unwrap()]);
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     let json = dir.join("out.json");
     bench(&[
         "--trace",
         trace.to_str().unwrap(),
-        "--profile",
-        "data/profiles/p3-v100-parcae.json",
-        "--model",
-        "gpt-6.7b",
-        "--notice-seconds",
-        "0",
-        "--baselines",
-        "oracle,liveput-truth",
-        "--peers",
-        "none",
-        "--policy",
-        "builtin:reactive",
+        "--profile=data/profiles/p3-v100-parcae.json",
+        "--model=gpt-6.7b",
+        "--notice-seconds=0",
+        "--baselines=oracle,liveput-truth",
+        "--peers=none",
+        "--policy=builtin:reactive",
         "--json",
         json.to_str().unwrap(),
     ]);
