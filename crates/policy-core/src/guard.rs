@@ -440,7 +440,9 @@ pub const DEFAULT_DEFER_MARGIN: f64 = 0.0005;
 /// 4x8, and every burst of 5-7 cost it a wipe and a 40 s repartition (96.7%
 /// of the Oracle; told apart up to 6, 97.1%). Bursts of more than 6 are rare
 /// in every trace here, and each size told apart adds a scenario to every
-/// interval of every plan.
+/// interval of every plan: where instances live minutes and every size is
+/// seen, a call past the planner's work allowance pools them
+/// ([`crate::robust::DEFAULT_WORK_ALLOWANCE`]).
 pub const DEFAULT_MAX_BURST: u32 = 6;
 
 /// How many standard deviations below the churn estimate a move of the
@@ -524,6 +526,7 @@ impl Default for GuardedLiveput {
         planner.optimizer.defer_margin = DEFAULT_DEFER_MARGIN;
         planner.estimator.max_extra = DEFAULT_MAX_BURST;
         planner.defer_sigmas = DEFAULT_DEFER_SIGMAS;
+        planner.work_allowance = Some(crate::robust::DEFAULT_WORK_ALLOWANCE);
         GuardedLiveput {
             planner,
             settings: GuardSettings::default(),
@@ -921,6 +924,9 @@ impl Predictor for GuardedLiveput {
 
 impl Optimizer for GuardedLiveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
+        // Every plan of this call (the shadows' and the real job's) draws on
+        // one work allowance.
+        self.planner.begin_call();
         self.advance_shadows(request)?;
         // The real job plans from its own work at risk while that is below
         // the ceiling and some loss could roll back; the shadows were planned

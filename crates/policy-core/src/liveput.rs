@@ -581,6 +581,11 @@ pub enum LiveputError {
         /// The rejected probability (or their sum).
         probability: f64,
     },
+    /// The plan's work passed its limit ([`crate::plan::PlanOptions::work_limit`]).
+    WorkLimit {
+        /// The work count the plan was held to.
+        limit: u64,
+    },
 }
 
 impl std::fmt::Display for LiveputError {
@@ -641,6 +646,9 @@ impl std::fmt::Display for LiveputError {
                 "interval {interval}: churn probability {probability} (each must be finite and >= 0, \
                  their sum at most 1)"
             ),
+            LiveputError::WorkLimit { limit } => {
+                write!(f, "planning passed its work limit ({limit} outcome terms counted)")
+            }
         }
     }
 }

@@ -1,9 +1,9 @@
 //! A mixed fleet on one machine (issue 15): workers of two speeds (one emulating an
 //! instance type three times as slow, `run --emulate-types`) train one job, the batch split
-//! by speed. The run trains the model an uninterrupted one does, and steps faster than two
-//! slow workers. (How close the step is to the mixed-fleet model's
-//! prediction is measured by `parcae-host bench-mixed`, not asserted here: timings on a
-//! shared machine are a benchmark's business.)
+//! by speed: the slow replica takes a quarter of the batch, and the run trains the model an
+//! uninterrupted one does. (How much faster it steps than two slow workers, and how close
+//! the step is to the mixed-fleet model's prediction, are measured by `parcae-host
+//! bench-mixed`, not asserted here: timings on a shared machine are a benchmark's business.)
 
 use std::path::Path;
 
@@ -85,10 +85,12 @@ fn workers_of_two_speeds_split_the_batch_and_train_the_same_model() {
     let mut first = shares.first().cloned().unwrap_or_default();
     first.sort_unstable();
     assert_eq!(first, [2, 6], "the slow replica takes a quarter of the batch: {shares:?}");
+    // The speeds are printed, not asserted: three runs one after another on a
+    // shared machine are not a measurement (under load the mixed run once
+    // took 139 ms a step against the slow run's 106). `parcae-host
+    // bench-mixed` measures them side by side (ABBA, medians).
     let measured = step_ms(&mixed);
     println!("(2, 1) step: fast {fast:.1} ms, slow {slow:.1} ms, one of each {measured:.1} ms");
-    // Balanced, the slow worker no longer sets the pace of a whole half of the batch.
-    assert!(measured < slow, "fast {fast:.1}, mixed {measured:.1}, slow {slow:.1} ms");
     // The same model as one worker training the same samples uninterrupted.
     let summary = &mixed["summary"];
     let steps = summary["steps"].as_u64().unwrap();

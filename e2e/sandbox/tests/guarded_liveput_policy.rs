@@ -37,6 +37,9 @@ struct Agreed {
     reactive_led: usize,
     /// Intervals the planner planned on ARIMA's counts.
     arima_led: usize,
+    /// Calls that ended with the churn's bursts pooled for the planner's work
+    /// allowance (`RobustLiveput::work_allowance`).
+    pooled: usize,
 }
 
 /// Runs the control loop over `all` with the guest and natively, checks that
@@ -63,7 +66,7 @@ fn run_guest_against_native_by<'p>(
     let fleet_max = all.iter().map(|s| s.instances).max().unwrap_or(0);
     let mut fleet_min = u32::MAX;
     let mut current = None;
-    let mut agreed = Agreed { max_fuel: 0, reactive_led: 0, arima_led: 0 };
+    let mut agreed = Agreed { max_fuel: 0, reactive_led: 0, arima_led: 0, pooled: 0 };
     for k in 0..all.len() {
         fleet_min = fleet_min.min(all[k].instances);
         let predict = PredictRequest {
@@ -98,6 +101,7 @@ fn run_guest_against_native_by<'p>(
         agreed.max_fuel = agreed.max_fuel.max(guest.last_fuel_used());
         agreed.reactive_led += usize::from(native.leader() == Candidate::Reactive);
         agreed.arima_led += usize::from(native.forecast() == CountPredictor::Arima);
+        agreed.pooled += usize::from(native.planner.pooling() > 0);
         current = plan.steps[0].config;
     }
     agreed
@@ -127,6 +131,27 @@ fn guest_matches_native_within_the_fuel_budget() {
         used.push(format!("{model} {name}: {:.1}%", 100.0 * fuel as f64 / budget as f64));
     }
     println!("heaviest call, share of the fuel budget: {}", used.join(", "));
+}
+
+/// Where instances live minutes (41 places of 9-15 minutes, refilled after
+/// one, p3, GPT-1.5B, a 30 s notice) some calls pass the planner's work
+/// allowance and pool the churn's bursts (`RobustLiveput::work_allowance`):
+/// the guest pools exactly as natively, and within its fuel.
+#[test]
+fn the_work_allowance_pools_in_the_guest_too() {
+    let fleet = parcae_traces::synth::BoundedLifetimes::from_spec("41:0.15-0.25:1", "minutes".into(), 2.0, 7)
+        .unwrap();
+    let all = fleet.generate().unwrap().series(60_000).unwrap().intervals;
+    let notice = constants().recovery(30_000.0).unwrap();
+    let agreed = run_guest_against_native("gpt-1.5b", &all, notice);
+    assert!(agreed.pooled > 0, "no call pooled the bursts");
+    let budget = SandboxLimits::default().fuel_per_call;
+    assert!(agreed.max_fuel < budget, "the heaviest call used {} of {budget} fuel", agreed.max_fuel);
+    println!(
+        "instances living minutes: {} calls pooled, heaviest call {:.1}% of the fuel budget",
+        agreed.pooled,
+        100.0 * agreed.max_fuel as f64 / budget as f64
+    );
 }
 
 /// A mixed fleet (the p3 and g4dn traces together, GPT-1.5B, unannounced):
@@ -166,11 +191,15 @@ fn a_mixed_fleet_stays_within_the_fuel_budget() {
     // fleet size not seen before computes the exact distributions of every
     // pair of its layouts, about 9 thousand in one call. The bound keeps a
     // margin: a change that eats it fails here before a deployment faults.
-    let fuel =
-        run_guest_against_native_by("mixed p3 + g4dn", &fleet.series, recovery, |k| planning[k], by_type)
-            .max_fuel;
+    let agreed =
+        run_guest_against_native_by("mixed p3 + g4dn", &fleet.series, recovery, |k| planning[k], by_type);
+    let fuel = agreed.max_fuel;
     assert!(fuel < budget / 20 * 19, "the heaviest call used {fuel} of {budget} fuel (over 95%)");
-    println!("mixed fleet, heaviest call: {:.1}% of the fuel budget", 100.0 * fuel as f64 / budget as f64);
+    println!(
+        "mixed fleet, heaviest call: {:.1}% of the fuel budget ({} calls pooled the bursts)",
+        100.0 * fuel as f64 / budget as f64,
+        agreed.pooled
+    );
 }
 
 /// On the g4dn trace, GPT-1.5B, unannounced, the forecast planner falls

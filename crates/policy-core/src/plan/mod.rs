@@ -203,7 +203,9 @@ mod scenarios;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use cache::{CacheStats, DEFAULT_MAX_CACHED_OUTCOMES, DEFAULT_MAX_TABLE_ENTRIES, TransitionCache};
+pub use cache::{
+    COMPUTED_TERM_WORK, CacheStats, DEFAULT_MAX_CACHED_OUTCOMES, DEFAULT_MAX_TABLE_ENTRIES, TransitionCache,
+};
 pub use scenarios::Churn;
 
 use crate::liveput::{LiveputError, MAX_INSTANCES};
@@ -339,6 +341,12 @@ pub struct PlanOptions {
     /// when `current` runs a layout or the pause from that layout is not
     /// exposed for that many boundaries.
     pub parked: Option<ParkedPause>,
+    /// Stop planning with [`LiveputError::WorkLimit`] once the cache's work
+    /// count ([`CacheStats::work`]) passes this: a caller held to a budget
+    /// per call (a guest's fuel) plans again more coarsely instead of
+    /// running out. Checked after each interval of the program. `None` (the
+    /// default): no limit.
+    pub work_limit: Option<u64>,
 }
 
 /// A pause whose write has not landed ([`PlanOptions::parked`]).
@@ -361,6 +369,7 @@ impl Default for PlanOptions {
             first: None,
             at_risk: None,
             parked: None,
+            work_limit: None,
         }
     }
 }

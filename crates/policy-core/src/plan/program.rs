@@ -138,6 +138,9 @@ pub(super) fn run(
     program.start(horizon, work);
     for (i, (mix, &after)) in horizon.mixtures.iter().zip(horizon.afters).enumerate() {
         program.advance(i, mix, after, store, work)?;
+        if let Some(limit) = options.work_limit.filter(|&limit| store.stats.work() > limit) {
+            return Err(LiveputError::WorkLimit { limit });
+        }
     }
     let penalties = program.terminal_penalties(horizon, store)?;
     let best = program.best_final_pair(work, penalties.as_deref()).ok_or(match options.first {
@@ -493,6 +496,8 @@ impl<'a> Program<'a> {
                 None => Rollbacks { scenarios: &[], lost_scale: 1.0 },
             };
             let preds = &points[start..start + len];
+            let terms: usize = outcomes.iter().map(|o| o.end - o.start).sum();
+            store.stats.weighed += (preds.len() * terms) as u64;
             // A cold start (or a layout that no longer fits) loses nothing.
             let lost_scale = from.map_or(0.0, |f| self.lost_scale(i, f));
             if t >= self.pause {
