@@ -3,7 +3,6 @@
 //! migration costs ([`crate::plan::best_plan`]), apply the first, re-plan next
 //! interval (receding horizon).
 
-use crate::liveput::LiveputError;
 use crate::plan::{Churn, PlanOptions, Step, TransitionCache, best_plan_scored};
 use crate::reactive::best_config_for;
 use crate::{OptimizeRequest, Optimizer, Plan, PlanStep};
@@ -83,10 +82,6 @@ pub struct Liveput {
     /// regret guard reuses the decision for its proving shadow
     /// ([`crate::guard`]) instead of planning it again.
     pub low_end_mattered: bool,
-    /// Whether the last call stopped at its work limit
-    /// ([`PlanOptions::work_limit`]): its caller then plans more coarsely
-    /// ([`crate::robust::RobustLiveput::work_allowance`]).
-    pub work_limit_hit: bool,
 }
 
 impl Liveput {
@@ -150,11 +145,7 @@ impl Optimizer for Liveput {
                 &mut self.cache,
             )
         };
-        self.work_limit_hit = false;
-        let mut planned = plan_from(options, &churn).map_err(|e| {
-            self.work_limit_hit = matches!(e, LiveputError::WorkLimit { .. });
-            format!("liveput optimizer: {e}")
-        })?;
+        let mut planned = plan_from(options, &churn).map_err(|e| format!("liveput optimizer: {e}"))?;
         self.low_end_mattered = false;
         // Reactive's layout is looked up only when deference is on and the plan
         // starts elsewhere; the deferred plan is an alternative, never a reason
@@ -188,12 +179,6 @@ impl Optimizer for Liveput {
             if defer {
                 planned = deferred;
             }
-        }
-        // A deferred plan past the limit stopped short and was passed over:
-        // the call as a whole went past it.
-        if let Some(limit) = options.work_limit.filter(|&limit| self.cache.stats().work() > limit) {
-            self.work_limit_hit = true;
-            return Err(format!("liveput optimizer: {}", LiveputError::WorkLimit { limit }));
         }
         Ok(Plan {
             steps: planned

@@ -268,10 +268,14 @@ impl Optimizer for RobustLiveput {
             return self.plan(request);
         };
         let limit = self.work.call_start.saturating_add(allowance);
-        let mut plan = self.plan_within(request, limit);
-        if self.optimizer.work_limit_hit {
+        let held = self.pooling() < POOLED_BURSTS.len();
+        let plan = self.plan_within(request, limit);
+        // Past the limit a plan stopped short (or a deferred one did, and was
+        // passed over): plan again, coarser. The work count says so, whatever
+        // the plan returned.
+        if held && self.optimizer.cache_stats().work() > limit {
             self.work.overran = true;
-            plan = self.plan_within(request, limit);
+            return self.plan_within(request, limit);
         }
         plan
     }
