@@ -49,7 +49,7 @@ use crate::churn::ChurnEstimator;
 use crate::count_forecast::{CountForecaster, ForecastChoice};
 use crate::optimizer::Liveput;
 use crate::plan::Churn;
-use crate::{IntervalStats, OptimizeRequest, Optimizer, Plan, PredictRequest, Predictor};
+use crate::{IntervalStats, OptimizeRequest, Optimizer, Plan, PlanStep, PredictRequest, Predictor};
 
 /// The robust liveput policy (see the module documentation): one value serves
 /// as both predictor and optimizer, and must, for the hedge to see the history.
@@ -81,7 +81,8 @@ pub struct RobustLiveput {
     last: Option<(IntervalStats, Vec<Churn>, Option<Vec<Churn>>)>,
     /// The planning work one host call may do, in the optimizer's work count
     /// ([`crate::plan::CacheStats::work`]), before the rest of the call plans
-    /// with bursts pooled ([`POOLED_BURSTS`]). A guest's fuel per call is
+    /// with bursts pooled ([`POOLED_BURSTS`]); past [`POOLED_WORK_SHARE`]
+    /// more, it plans the observed interval alone. A guest's fuel per call is
     /// fixed; where instances live minutes, every burst size is seen and the
     /// plans' scenarios outgrow it, and a call past the fuel is answered by
     /// the sandbox's fallback. The caller marks each host call with
@@ -101,12 +102,18 @@ pub struct RobustLiveput {
 /// 92.5%.
 pub const POOLED_BURSTS: [u32; 3] = [3, 2, 1];
 
-/// The default policy's [`RobustLiveput::work_allowance`]: about 62% of the
-/// sandbox's default fuel per call (2e9, at about 190 fuel a unit,
+/// The default policy's [`RobustLiveput::work_allowance`]: about two thirds
+/// of the sandbox's default fuel per call (2e9, at 190-240 fuel a unit,
 /// [`crate::plan::COMPUTED_TERM_WORK`]), above the p3 trace's heaviest call
-/// (GPT-1.5B unannounced, 5.6 million), so that a call that passes it still
-/// has room to finish with bursts pooled to one.
-pub const DEFAULT_WORK_ALLOWANCE: u64 = 6_500_000;
+/// (GPT-1.5B unannounced, 5.25 million), so that a call that passes it still
+/// has room to finish with bursts pooled ([`POOLED_WORK_SHARE`]).
+pub const DEFAULT_WORK_ALLOWANCE: u64 = 6_000_000;
+
+/// How far past [`RobustLiveput::work_allowance`] a call may go with its
+/// bursts pooled, as a share of the allowance (a tenth: 6.6 million units
+/// at the default, 1.3-1.7e9 fuel) before it plans the observed interval
+/// alone ([`RobustLiveput::optimize`]).
+pub const POOLED_WORK_SHARE: (u64, u64) = (1, 10);
 
 /// The state of [`RobustLiveput::work_allowance`]: the work count when the
 /// current call began, how coarsely calls start, and whether this one has
@@ -120,6 +127,9 @@ struct WorkBound {
     /// The call passed its allowance: its remaining plans pool to the last
     /// step.
     overran: bool,
+    /// Plans that passed even the pooled limit and planned the observed
+    /// interval alone, since the policy was created.
+    one_step_plans: u64,
 }
 
 /// `churn` with every burst above `most` counted as `most`.
@@ -217,6 +227,12 @@ impl RobustLiveput {
         self.work.overran = false;
     }
 
+    /// Plans so far that passed the allowance even with their bursts pooled,
+    /// and planned the observed interval alone.
+    pub fn one_step_plans(&self) -> u64 {
+        self.work.one_step_plans
+    }
+
     /// How many steps into [`POOLED_BURSTS`] the bursts are pooled now (0:
     /// as estimated).
     pub fn pooling(&self) -> usize {
@@ -267,29 +283,68 @@ impl Optimizer for RobustLiveput {
         let Some(allowance) = self.work_allowance else {
             return self.plan(request);
         };
-        let limit = self.work.call_start.saturating_add(allowance);
-        let held = self.pooling() < POOLED_BURSTS.len();
-        let plan = self.plan_within(request, limit);
-        // Past the limit a plan stopped short (or a deferred one did, and was
+        // Past a limit a plan stopped short (or a deferred one did, and was
         // passed over): plan again, coarser. The work count says so, whatever
         // the plan returned.
-        if held && self.optimizer.cache_stats().work() > limit {
+        // A limit already passed (by an earlier plan of the same host call) is
+        // not tried: a plan runs an interval before it stops.
+        let passed = |this: &Self, limit: u64| this.optimizer.cache_stats().work() > limit;
+        let (over, of) = POOLED_WORK_SHARE;
+        let held = self.work.call_start.saturating_add(allowance);
+        let pooled = held.saturating_add(allowance / of * over);
+        let limits = if self.pooling() < POOLED_BURSTS.len() { &[held, pooled][..] } else { &[pooled][..] };
+        for &limit in limits {
+            if !passed(self, limit) {
+                let plan = self.plan_within(request, limit);
+                if !passed(self, limit) {
+                    return plan;
+                }
+            }
             self.work.overran = true;
-            return self.plan_within(request, limit);
         }
-        plan
+        self.work.one_step_plans += 1;
+        self.plan_first_step(request)
     }
 }
 
 impl RobustLiveput {
     /// [`RobustLiveput::plan`] at the pooling the bound calls for now, held to
-    /// `limit` unless pooled to the last step already.
+    /// `limit`.
     fn plan_within(&mut self, request: &OptimizeRequest, limit: u64) -> Result<Plan, String> {
-        let level = self.pooling();
-        self.optimizer.options.work_limit = (level < POOLED_BURSTS.len()).then_some(limit);
+        self.optimizer.options.work_limit = Some(limit);
         let plan = self.plan(request);
         self.optimizer.options.work_limit = None;
         plan
+    }
+
+    /// The last resort of a call past [`RobustLiveput::work_allowance`] even
+    /// with its bursts pooled: plan the observed interval alone (its
+    /// transitions from the running layout, and the terminal value's credit
+    /// for the layout's speed; with no forecast interval it charges no churn),
+    /// with no limit, and hold that layout through the rest of the forecast
+    /// where it fits (else pause).
+    /// Where instances live minutes a call can meet a dozen fleet sizes not
+    /// seen yet, each a table of distributions for every pair of layouts; one
+    /// interval needs only those from the running layout.
+    fn plan_first_step(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
+        let Some(&observed) = request.forecast.first() else {
+            return self.plan(request);
+        };
+        let first = OptimizeRequest { forecast: vec![observed], ..request.clone() };
+        let planned = self.plan(&first)?;
+        let Some(&step) = planned.steps.first() else {
+            return Ok(planned);
+        };
+        let seconds = request.interval_ms as f64 / 1000.0;
+        let held = (1..request.forecast.len()).map(|i| {
+            let config = step.config.filter(|c| c.instances() <= u64::from(request.instances_at(i)));
+            // What the layout trains in an interval with nothing moving.
+            let expected_samples = config
+                .and_then(|c| request.profile.config(c))
+                .map_or(0.0, |c| c.samples_per_second * seconds);
+            PlanStep { config, expected_samples }
+        });
+        Ok(Plan { steps: std::iter::once(step).chain(held).collect() })
     }
 
     /// The hedged plan of `request`, its bursts pooled as [`Self::pooling`] says.
@@ -489,17 +544,23 @@ mod tests {
         assert!(totals[1] > 1.1 * totals[0], "robust {} vs plain {}", totals[1], totals[0]);
     }
 
+    /// A profile of layouts of 2, 4 and 8 instances, and 36 intervals on a fleet of 8 with
+    /// bursts of every size from 1 to 6.
+    fn every_burst_size() -> (ModelProfile, Vec<IntervalStats>) {
+        let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0)], 600_000.0);
+        let history = (0..36u32)
+            .map(|i| IntervalStats { instances: 8, arrivals: i % 6 + 1, preemptions: i % 6 + 1 })
+            .collect();
+        (profile, history)
+    }
+
     /// Past its work allowance a call finishes with bursts pooled to one, the
     /// next call starts one step coarser (bursts to 3), and a call that uses
     /// under an eighth of the allowance steps back towards the bursts as
     /// estimated; without an allowance nothing is pooled.
     #[test]
     fn a_call_past_its_work_allowance_pools_the_bursts() {
-        let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0)], 600_000.0);
-        // Bursts of every size from 1 to 6 on a fleet of 8.
-        let history: Vec<IntervalStats> = (0..36u32)
-            .map(|i| IntervalStats { instances: 8, arrivals: i % 6 + 1, preemptions: i % 6 + 1 })
-            .collect();
+        let (profile, history) = every_burst_size();
         let plan_once = |policy: &mut RobustLiveput| {
             let forecast = policy.predict(&predict_request(&history, 7)).unwrap();
             let request = optimize_request(&profile, history[35], &forecast, None);
@@ -521,6 +582,41 @@ mod tests {
         assert_eq!(bound.pooling(), 1, "the next call starts with bursts to {}", POOLED_BURSTS[0]);
         bound.begin_call();
         assert_eq!(bound.pooling(), 0, "a call that did no work steps back");
+    }
+
+    /// A call past even the pooled limit plans the observed interval alone
+    /// and holds its layout where the forecast leaves room (else pauses): a
+    /// valid plan for a fraction of the work.
+    #[test]
+    fn a_call_past_the_pooled_limit_plans_the_observed_interval_alone() {
+        let (profile, history) = every_burst_size();
+        let call = |policy: &mut RobustLiveput| {
+            let forecast = policy.predict(&predict_request(&history, 7)).unwrap();
+            let mut request = optimize_request(&profile, history[35], &forecast, None);
+            // Two instances in the fourth interval.
+            request.forecast[3].instances = 2;
+            policy.begin_call();
+            let before = policy.optimizer.cache_stats().work();
+            let plan = policy.optimize(&request).unwrap();
+            assert_eq!(check_plan(&request, &plan), Ok(()));
+            (request, plan, policy.optimizer.cache_stats().work() - before)
+        };
+        let (_, _, free_work) = call(&mut RobustLiveput::default());
+        let mut bound = RobustLiveput { work_allowance: Some(1), ..RobustLiveput::default() };
+        let (request, plan, work) = call(&mut bound);
+        assert_eq!(bound.one_step_plans(), 1);
+        assert!(work * 4 < free_work, "one interval: {work} units against {free_work}");
+        let first = plan.steps[0].config;
+        assert!(first.is_some_and(|c| (3..=8).contains(&c.instances())), "{plan:?}");
+        for (i, step) in plan.steps.iter().enumerate().skip(1) {
+            let fits = first.filter(|c| c.instances() <= u64::from(request.instances_at(i)));
+            assert_eq!(step.config, fits, "step {i}");
+            let speed = fits.and_then(|c| profile.config(c)).map_or(0.0, |c| c.samples_per_second);
+            assert_eq!(step.expected_samples, speed * 60.0, "step {i}");
+        }
+        assert_eq!(plan.steps[3].config, None, "two instances do not hold the first layout: a pause");
+        bound.begin_call();
+        assert_eq!(bound.pooling(), 1, "the next call starts one step coarser");
     }
 
     #[test]

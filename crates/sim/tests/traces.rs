@@ -597,7 +597,8 @@ fn recovery_table() {
 /// default planned about 58 million units of work (1.19e10 fuel, six times
 /// a guest's budget; the sandbox quarantined it and the run was reactive's,
 /// 14.5% of the Oracle). Past its work allowance a call finishes with bursts
-/// pooled, and the next starts pooled: no call here comes near that.
+/// pooled, and the next starts pooled; past a tenth more it plans the
+/// observed interval alone: no call here comes near that.
 #[test]
 fn the_default_bounds_its_work_where_instances_live_minutes() {
     use parcae_policy_core::guard::GuardedLiveput;
@@ -641,5 +642,7 @@ fn the_default_bounds_its_work_where_instances_live_minutes() {
     println!("heaviest call of the first half hour: {unbounded} units unbounded, {bounded} bounded");
     assert!(pooled, "the allowance never pooled the bursts");
     assert!(unbounded > 4 * DEFAULT_WORK_ALLOWANCE, "unbounded, the heaviest call did {unbounded}");
-    assert!(bounded < 3 * DEFAULT_WORK_ALLOWANCE / 2, "bounded, the heaviest call did {bounded}");
+    // The pooled limit (a tenth past the allowance), overshot by at most
+    // an interval's work.
+    assert!(bounded < 6 * DEFAULT_WORK_ALLOWANCE / 5, "bounded, the heaviest call did {bounded}");
 }

@@ -49,9 +49,12 @@ pub struct CacheStats {
     pub hits: u64,
     /// Transition distributions computed.
     pub misses: u64,
-    /// Times the cache was emptied (bound reached, or a profile whose costs
-    /// differ).
+    /// Times the cache was emptied (a profile whose costs differ, or a bound
+    /// reached that evicting could not meet).
     pub clears: u64,
+    /// Times a bound was reached and the tables used least recently were
+    /// dropped ([`TransitionCache`]).
+    pub evictions: u64,
     /// Times the stored distributions were carried over to a profile of the
     /// same costs that lists other layouts (a mixed fleet's new composition).
     pub carried_over: u64,
@@ -72,24 +75,51 @@ pub struct CacheStats {
     pub weighed: u64,
     /// Outcome terms of the transition distributions computed (misses).
     pub computed: u64,
+    /// Candidate pairs sorted into fronts.
+    pub sorted: u64,
+    /// Pair cost models built (each serves every fleet size of its pair).
+    pub models_built: u64,
+    /// Pairs compared for dominance while fronts were kept (under the
+    /// work-at-risk rule, each candidate against the pairs kept before it).
+    pub compared: u64,
 }
 
 /// What computing one outcome term of a transition distribution costs, in
-/// terms weighed ([`CacheStats::work`]). Fitted to the default policy's
-/// heaviest guest calls (fuel against both counts, natively): about 190 fuel
-/// per term weighed and 75 times that per term computed, on the p3 trace
-/// (GPT-1.5B, 120 s and unannounced, 3.3 and 5.6 million units for 33% and
-/// 48.6% of a 2e9 budget) and on a fleet of instances living minutes (58
-/// million for 1.19e10).
-pub const COMPUTED_TERM_WORK: u64 = 75;
+/// terms weighed ([`CacheStats::work`]).
+///
+/// The weights of [`CacheStats::work`] are fitted to a guest's fuel (about
+/// 220 fuel a unit): least squares over every call above 3e8 fuel of the
+/// default policy's guest on seven runs (the p3 trace, GPT-1.5B unannounced
+/// and GPT-6.7B under AWS's notice; the diurnal fleet's BERT cold start;
+/// fleets of instances living minutes on both profiles, one of them
+/// unannounced at horizon 16 whose fronts carry the work at risk; 16 places
+/// living an hour, GPT-6.7B): within 20% of the fuel on every such call. Terms
+/// weighed alone undercounted the unannounced fleet's calls by half: there
+/// sorting and comparing the fronts' pairs is most of the work.
+pub const COMPUTED_TERM_WORK: u64 = 64;
+
+/// What sorting one candidate pair into a front costs, in terms weighed.
+pub const SORTED_PAIR_WORK: u64 = 4;
+
+/// Pairs compared for dominance per term weighed.
+pub const COMPARED_PAIRS_PER_WORK: u64 = 2;
+
+/// What building one pair's cost model costs, in terms weighed (a cold
+/// start builds hundreds).
+pub const MODEL_BUILT_WORK: u64 = 600;
 
 impl CacheStats {
-    /// The planning work done so far, in outcome terms weighed (each term
-    /// computed counts [`COMPUTED_TERM_WORK`]): deterministic, so a guest and
-    /// a native caller count the same, and close to proportional to a guest's
-    /// fuel.
+    /// The planning work done so far, in outcome terms weighed (with what
+    /// computing distributions, sorting and comparing fronts' pairs and
+    /// building cost models add, [`COMPUTED_TERM_WORK`] and the others):
+    /// deterministic, so a guest and a native caller count the same, and
+    /// close to proportional to a guest's fuel.
     pub fn work(&self) -> u64 {
-        self.weighed.saturating_add(self.computed.saturating_mul(COMPUTED_TERM_WORK))
+        self.weighed
+            .saturating_add(self.computed.saturating_mul(COMPUTED_TERM_WORK))
+            .saturating_add(self.sorted.saturating_mul(SORTED_PAIR_WORK))
+            .saturating_add(self.compared / COMPARED_PAIRS_PER_WORK)
+            .saturating_add(self.models_built.saturating_mul(MODEL_BUILT_WORK))
     }
 }
 
@@ -104,9 +134,14 @@ impl CacheStats {
 /// every distribution of the layouts it still lists (the tables are re-indexed
 /// to its layouts), and one that differs only in speeds or cadence keeps
 /// everything. Its size is bounded: when, at the start of a call, the
-/// stored outcomes or table entries exceed the bounds, everything is dropped
-/// and rebuilt on demand (a single call may go past the bounds; it is emptied
-/// at the next).
+/// stored outcomes or table entries exceed the bounds, the tables of the
+/// `(instances_before, preempted)` pairs used least recently are dropped
+/// until what is left holds half of each (a single call may go past the
+/// bounds; it is trimmed at the next). Emptying it all instead made the next
+/// call recompute every distribution of the fleet sizes it plans through:
+/// where instances live minutes that call did twice the work of its
+/// neighbours, past a guest's fuel, and the sandbox's fresh instance started
+/// cold and ran out again until the policy was quarantined.
 #[derive(Debug, Clone)]
 pub struct TransitionCache {
     /// What the stored distributions were computed from.
@@ -138,9 +173,12 @@ impl TransitionCache {
                 heads: Vec::new(),
                 outs: Vec::new(),
                 table_entries: 0,
+                used: Vec::new(),
+                table_outs: Vec::new(),
                 models: HashMap::new(),
                 shared: SharedByFrom::default(),
                 stats: CacheStats::default(),
+                work_limit: None,
                 columns: Vec::new(),
                 width: 0,
             },
@@ -186,11 +224,16 @@ impl TransitionCache {
     /// Make the cache fit `profile` under `recovery` and `layouts`, within its
     /// bounds.
     fn prepare(&mut self, profile: &ModelProfile, recovery: &Recovery, layouts: &[ParallelConfig]) {
-        let over_bounds = self.store.outs.len() > self.store.max_outcomes
-            || self.store.table_entries > self.store.max_table_entries
-            || self.store.models.len() > MAX_PAIR_MODELS
-            || self.store.shared.len() > MAX_SHARED_BY_FROM;
-        let fits = !over_bounds && self.basis.as_mut().is_some_and(|b| b.admits(profile, recovery));
+        let models_over =
+            self.store.models.len() > MAX_PAIR_MODELS || self.store.shared.len() > MAX_SHARED_BY_FROM;
+        let mut fits = !models_over && self.basis.as_mut().is_some_and(|b| b.admits(profile, recovery));
+        if fits
+            && (self.store.outs.len() > self.store.max_outcomes
+                || self.store.table_entries > self.store.max_table_entries)
+        {
+            // Nothing kept (one table alone over half a bound): start afresh.
+            fits = self.store.evict_least_recent();
+        }
         match self.basis.as_mut().filter(|_| fits) {
             Some(basis) => {
                 // Layouts new to the basis get columns of their own; every
@@ -406,6 +449,11 @@ pub(super) struct DistributionStore {
     pub(super) outs: Vec<OutcomeTerms>,
     /// Table entries held: allocated for dense tables, filled for sparse ones.
     table_entries: usize,
+    /// Per table, the [`CacheStats::plans`] count when it was last looked up:
+    /// which tables to drop first when a bound is reached.
+    used: Vec<u64>,
+    /// Per table, the outcomes its distributions hold in `outs`.
+    table_outs: Vec<usize>,
     /// Per `(from, to)` pair of layouts (`None`: nothing, or the pause), the
     /// pair's cost model: shared by every `(instances_before, preempted)`
     /// table, so a new fleet size or preemption count does not rebuild it.
@@ -415,6 +463,9 @@ pub(super) struct DistributionStore {
     shared: SharedByFrom,
     /// What [`TransitionCache::stats`] reports.
     pub(super) stats: CacheStats,
+    /// The running plan's [`super::PlanOptions::work_limit`]: a distribution
+    /// is not computed once the work count passes it.
+    pub(super) work_limit: Option<u64>,
     /// Per program state of the current call (its layouts, then the pause),
     /// its column in the tables ([`DistributionStore::slot`]).
     columns: Vec<usize>,
@@ -429,6 +480,8 @@ impl DistributionStore {
         self.tables.clear();
         self.heads.clear();
         self.outs.clear();
+        self.used.clear();
+        self.table_outs.clear();
         self.models.clear();
         self.shared.clear();
         self.table_entries = 0;
@@ -464,6 +517,71 @@ impl DistributionStore {
         }
     }
 
+    /// Drop the tables looked up least recently until the rest hold at most
+    /// half of each bound, and pack what is kept (every distribution kept is
+    /// bit for bit what was stored). Returns whether any table was kept; the
+    /// pair models stay either way.
+    fn evict_least_recent(&mut self) -> bool {
+        let entries_of = |table: &PairTable| match table {
+            PairTable::Dense(slots) => slots.len(),
+            PairTable::Sparse(map) => map.len(),
+        };
+        // Most recent first; a tie keeps the older table first (deterministic).
+        let mut order: Vec<usize> = (0..self.tables.len()).collect();
+        order.sort_by_key(|&t| std::cmp::Reverse(self.used[t]));
+        let (max_outs, max_entries) = (self.max_outcomes / 2, self.max_table_entries / 2);
+        let mut keep = vec![false; self.tables.len()];
+        let (mut outs, mut entries) = (0usize, 0usize);
+        for t in order {
+            let (o, e) = (outs + self.table_outs[t], entries + entries_of(&self.tables[t]));
+            if o > max_outs || e > max_entries {
+                break;
+            }
+            (outs, entries) = (o, e);
+            keep[t] = true;
+        }
+        if !keep.contains(&true) {
+            return false;
+        }
+        let old_outs = std::mem::take(&mut self.outs);
+        let old_heads = std::mem::take(&mut self.heads);
+        let old_tables = std::mem::take(&mut self.tables);
+        let old_used = std::mem::take(&mut self.used);
+        let old_table_outs = std::mem::take(&mut self.table_outs);
+        let mut renumbered = vec![usize::MAX; old_tables.len()];
+        for (t, table) in old_tables.into_iter().enumerate().filter(|&(t, _)| keep[t]) {
+            let mut move_head = |head: &mut u32| {
+                let (start, len) = old_heads[*head as usize];
+                self.heads.push((self.outs.len(), len));
+                self.outs.extend_from_slice(&old_outs[start..start + len]);
+                // Fewer heads than before, so the index fits as it did.
+                *head = (self.heads.len() - 1) as u32;
+            };
+            let table = match table {
+                PairTable::Dense(mut slots) => {
+                    slots.iter_mut().filter(|h| **h != MISSING).for_each(&mut move_head);
+                    PairTable::Dense(slots)
+                }
+                PairTable::Sparse(mut map) => {
+                    // In slot order, so the packing is the same every run.
+                    let mut slots: Vec<usize> = map.keys().copied().collect();
+                    slots.sort_unstable();
+                    slots.into_iter().for_each(|slot| move_head(map.get_mut(&slot).expect("listed")));
+                    PairTable::Sparse(map)
+                }
+            };
+            renumbered[t] = self.tables.len();
+            self.tables.push(table);
+            self.used.push(old_used[t]);
+            self.table_outs.push(old_table_outs[t]);
+        }
+        self.keys.retain(|_, t| keep[*t]);
+        self.keys.values_mut().for_each(|t| *t = renumbered[*t]);
+        self.table_entries = entries;
+        self.stats.evictions += 1;
+        true
+    }
+
     /// Map the program's states (`layouts`, then the pause) to the tables'
     /// columns (`columns`, every layout they know, then the pause).
     fn set_columns(&mut self, columns: &[ParallelConfig], layouts: &[ParallelConfig]) {
@@ -489,6 +607,7 @@ impl DistributionStore {
     /// Index of the `(from, to)` table of `key`, created empty on first use.
     pub(super) fn table(&mut self, key: (u32, u32)) -> usize {
         if let Some(&t) = self.keys.get(&key) {
+            self.used[t] = self.stats.plans;
             return t;
         }
         let entries = self.width * self.width;
@@ -499,6 +618,8 @@ impl DistributionStore {
         } else {
             self.tables.push(PairTable::Sparse(HashMap::new()));
         }
+        self.used.push(self.stats.plans);
+        self.table_outs.push(0);
         self.keys.insert(key, t);
         t
     }
@@ -519,12 +640,16 @@ impl DistributionStore {
             self.stats.hits += 1;
             return Ok(self.heads[head as usize]);
         }
+        if let Some(limit) = self.work_limit.filter(|&limit| self.stats.work() > limit) {
+            return Err(LiveputError::WorkLimit { limit });
+        }
         self.stats.misses += 1;
         let from_cfg = from.map(|f| ctx.layouts[f].config);
         let to_cfg = ctx.layouts.get(to).map(|c| c.config);
         let model = match self.models.entry((from_cfg, to_cfg)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
+                self.stats.models_built += 1;
                 e.insert(PairModel::new(ctx.profile, &ctx.recovery, from_cfg, to_cfg)?)
             }
         };
@@ -540,6 +665,7 @@ impl DistributionStore {
             resets: o.lost_work,
         }));
         let head = (start, self.outs.len() - start);
+        self.table_outs[table] += head.1;
         let index = u32::try_from(self.heads.len())
             .ok()
             .filter(|&i| i != MISSING)

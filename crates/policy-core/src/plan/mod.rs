@@ -344,8 +344,9 @@ pub struct PlanOptions {
     /// Stop planning with [`LiveputError::WorkLimit`] once the cache's work
     /// count ([`CacheStats::work`]) passes this: a caller held to a budget
     /// per call (a guest's fuel) plans again more coarsely instead of
-    /// running out. Checked after each interval of the program. `None` (the
-    /// default): no limit.
+    /// running out. Checked after each interval of the program and before
+    /// each transition distribution it computes. `None` (the default): no
+    /// limit.
     pub work_limit: Option<u64>,
 }
 

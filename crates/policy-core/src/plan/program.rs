@@ -134,6 +134,22 @@ pub(super) fn run(
     store: &mut DistributionStore,
     work: &mut Work,
 ) -> Result<ScoredPlan, LiveputError> {
+    // A distribution computed past the limit stops the plan too: one interval
+    // at a fleet size not seen yet computes hundreds of them.
+    store.work_limit = options.work_limit;
+    let planned = run_within(ctx, horizon, options, store, work);
+    store.work_limit = None;
+    planned
+}
+
+/// [`run`], its work limit set on `store`.
+fn run_within(
+    ctx: &PlanContext<'_>,
+    horizon: &Horizon<'_>,
+    options: PlanOptions,
+    store: &mut DistributionStore,
+    work: &mut Work,
+) -> Result<ScoredPlan, LiveputError> {
     let program = Program::new(ctx, horizon, options);
     program.start(horizon, work);
     for (i, (mix, &after)) in horizon.mixtures.iter().zip(horizon.afters).enumerate() {
@@ -907,6 +923,7 @@ fn commit_front(
     stats: &mut CacheStats,
 ) -> Span {
     let base = points.len();
+    stats.sorted += with_leftover.len() as u64;
     let mut top = f64::NEG_INFINITY;
     if let Some(b) = best {
         top = b.value;
@@ -923,7 +940,10 @@ fn commit_front(
             // Every pair kept so far has no more leftover than `p`, and none
             // that comes later dominates one kept before it.
             let dominated = if capped {
-                points[base..].iter().any(|q| dominates(q.value, q.at_risk, p.value, p.at_risk))
+                let kept = &points[base..];
+                let by = kept.iter().position(|q| dominates(q.value, q.at_risk, p.value, p.at_risk));
+                stats.compared += by.map_or(kept.len(), |k| k + 1) as u64;
+                by.is_some()
             } else {
                 p.value <= top
             };

@@ -561,6 +561,60 @@ fn cache_is_bounded_and_transparent() {
     assert!(big.is_empty());
 }
 
+/// A cache past its bound drops the tables it used least recently, not
+/// everything: the fleet it planned last is kept (packed), planned again
+/// without a distribution computed, and exactly as a fresh cache plans it.
+/// Emptying it all made the call after a bound recompute every fleet size it
+/// met, twice its neighbours' work where instances live minutes.
+#[test]
+fn a_full_cache_drops_the_tables_used_least_recently() {
+    let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0)], 600_000.0);
+    let current = Some(ParallelConfig::new(2, 2));
+    // Three fleet sizes then another: no table in common.
+    let busy = [Step::between(12, 12, 1), Step::between(12, 12, 2), Step::between(12, 12, 3)];
+    let calm = [Step::between(10, 10, 1), Step::between(10, 10, 1)];
+    let fresh = |steps: &[Step]| {
+        let mut cache = TransitionCache::default();
+        let plan = best_plan(&profile, current, 0.0, steps, 60_000, &mut cache).unwrap();
+        (plan, cache.stats().computed)
+    };
+    let ((_, busy_outcomes), (calm_plan, calm_outcomes)) = (fresh(&busy), fresh(&calm));
+    assert!(busy_outcomes > calm_outcomes, "{busy_outcomes} vs {calm_outcomes}");
+    // Room for either, not both; the calm fleet's tables fit in half.
+    let bound = busy_outcomes.max(2 * calm_outcomes) as usize;
+    let mut cache = TransitionCache::with_bounds(bound, usize::MAX);
+    best_plan(&profile, current, 0.0, &busy, 60_000, &mut cache).unwrap();
+    best_plan(&profile, current, 0.0, &calm, 60_000, &mut cache).unwrap();
+    let before = cache.stats();
+    let again = best_plan(&profile, current, 0.0, &calm, 60_000, &mut cache).unwrap();
+    let after = cache.stats();
+    assert_eq!(again, calm_plan);
+    assert_eq!((after.evictions - before.evictions, after.clears), (1, 0), "{after:?}");
+    assert_eq!(after.misses, before.misses, "the calm fleet's tables were kept");
+    // The busy fleet's were dropped, and are computed again as they were.
+    let busy_again = best_plan(&profile, current, 0.0, &busy, 60_000, &mut cache).unwrap();
+    assert_eq!(busy_again, fresh(&busy).0);
+    assert!(cache.stats().misses > after.misses, "{:?}", cache.stats());
+}
+
+/// A plan held to a work limit stops at the first distribution it would
+/// compute past it, not at the end of the interval (one interval at a fleet
+/// size not seen yet computes one for every pair of layouts).
+#[test]
+fn a_work_limit_stops_before_the_next_distribution() {
+    let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0), (2, 4, 50.0)], 600_000.0);
+    let steps = [Step::between(12, 12, 2), Step::between(12, 12, 1)];
+    let mut cache = TransitionCache::default();
+    let options = PlanOptions { work_limit: Some(0), ..PlanOptions::default() };
+    let stopped = best_plan_scored(&profile, None, 0.0, &steps, &[], 60_000, options, &mut cache);
+    assert!(matches!(stopped, Err(LiveputError::WorkLimit { limit: 0 })), "{stopped:?}");
+    assert_eq!(cache.stats().misses, 1, "{:?}", cache.stats());
+    // Without the limit the first interval alone computes several.
+    let mut free = TransitionCache::default();
+    best_plan(&profile, None, 0.0, &steps[..1], 60_000, &mut free).unwrap();
+    assert!(free.stats().misses > 2, "{:?}", free.stats());
+}
+
 /// The cache keeps its distributions across profiles of the same costs
 /// (other speeds, another cadence, other layouts listed) and empties itself
 /// when a layout's costs or the recovery differ, each time planning exactly
