@@ -77,11 +77,11 @@ pub struct CacheStats {
     pub computed: u64,
     /// Candidate pairs sorted into fronts.
     pub sorted: u64,
-    /// Pair cost models built (each serves every fleet size of its pair).
-    pub models_built: u64,
     /// Pairs compared for dominance while fronts were kept (under the
     /// work-at-risk rule, each candidate against the pairs kept before it).
     pub compared: u64,
+    /// Pair cost models built (each serves every fleet size of its pair).
+    pub models_built: u64,
 }
 
 /// What computing one outcome term of a transition distribution costs, in

@@ -204,7 +204,8 @@ mod scenarios;
 pub(crate) mod tests;
 
 pub use cache::{
-    COMPUTED_TERM_WORK, CacheStats, DEFAULT_MAX_CACHED_OUTCOMES, DEFAULT_MAX_TABLE_ENTRIES, TransitionCache,
+    COMPARED_PAIRS_PER_WORK, COMPUTED_TERM_WORK, CacheStats, DEFAULT_MAX_CACHED_OUTCOMES,
+    DEFAULT_MAX_TABLE_ENTRIES, MODEL_BUILT_WORK, SORTED_PAIR_WORK, TransitionCache,
 };
 pub use scenarios::Churn;
 
