@@ -21,8 +21,21 @@ fn constants() -> CostConstants {
 }
 
 fn profile(model: &str) -> ModelProfile {
-    let profile = Profile::load(workspace_root().join("data/profiles/p3-v100-parcae.json")).unwrap();
+    profile_in("p3-v100-parcae.json", model)
+}
+
+/// `model` in the profile file `file` of `data/profiles/`.
+fn profile_in(file: &str, model: &str) -> ModelProfile {
+    let profile = Profile::load(workspace_root().join("data/profiles").join(file)).unwrap();
     profile.model_profile(model, &constants()).unwrap()
+}
+
+/// One-minute intervals of a fleet of bounded lifetimes (`trace synth
+/// --lifetimes SPEC`) over `hours`.
+fn lifetimes(spec: &str, hours: f64, seed: u64) -> Vec<IntervalStats> {
+    let fleet =
+        parcae_traces::synth::BoundedLifetimes::from_spec(spec, "lifetimes".into(), hours, seed).unwrap();
+    fleet.generate().unwrap().series(60_000).unwrap().intervals
 }
 
 fn trace(path: &str) -> Vec<IntervalStats> {
@@ -147,9 +160,7 @@ fn guest_matches_native_within_the_fuel_budget() {
 /// the guest pools exactly as natively, and within its fuel.
 #[test]
 fn the_work_allowance_pools_in_the_guest_too() {
-    let fleet = parcae_traces::synth::BoundedLifetimes::from_spec("41:0.15-0.25:1", "minutes".into(), 2.0, 7)
-        .unwrap();
-    let all = fleet.generate().unwrap().series(60_000).unwrap().intervals;
+    let all = lifetimes("41:0.15-0.25:1", 2.0, 7);
     let notice = constants().recovery(30_000.0).unwrap();
     let agreed = run_guest_against_native("gpt-1.5b", &all, notice);
     assert!(agreed.pooled > 0, "no call pooled the bursts");
@@ -173,14 +184,8 @@ fn the_work_allowance_pools_in_the_guest_too() {
 /// alone.
 #[test]
 fn the_work_count_holds_where_fronts_carry_the_work_at_risk() {
-    let fleet =
-        parcae_traces::synth::BoundedLifetimes::from_spec("50:0.05-0.3:0", "minutes".into(), 1.0, 681)
-            .unwrap();
-    let all = fleet.generate().unwrap().series(60_000).unwrap().intervals;
-    let g4dn = Profile::load(workspace_root().join("data/profiles/g4dn-t4-derived.json"))
-        .unwrap()
-        .model_profile("gpt-1.5b", &constants())
-        .unwrap();
+    let all = lifetimes("50:0.05-0.3:0", 1.0, 681);
+    let g4dn = profile_in("g4dn-t4-derived.json", "gpt-1.5b");
     let agreed = run_guest_against_native_by(
         "gpt-1.5b",
         &all[..40],
@@ -215,10 +220,7 @@ fn a_mixed_fleet_stays_within_the_fuel_budget() {
     let budget = SandboxLimits::default().fuel_per_call;
     let (p3, g4dn) =
         (trace("data/traces/aws-p3/p3-events.csv"), trace("data/traces/aws-g4dn/g4dn-events.csv"));
-    let slow = Profile::load(workspace_root().join("data/profiles/g4dn-t4-derived.json"))
-        .unwrap()
-        .model_profile("gpt-1.5b", &constants())
-        .unwrap();
+    let slow = profile_in("g4dn-t4-derived.json", "gpt-1.5b");
     let fast = profile("gpt-1.5b");
     let fleet = MixedFleet::new(&[&p3, &g4dn]);
     let mut compositions = Compositions::new(vec![&fast, &slow]);
@@ -275,10 +277,7 @@ fn the_guard_hands_over_in_the_guest_too() {
 /// forecast the host is given switching too, within half the fuel budget.
 #[test]
 fn the_planner_switches_forecasts_in_the_guest_too() {
-    let fleet =
-        parcae_traces::synth::BoundedLifetimes::from_spec("32:1-3:5", "bounded-lifetimes".into(), 12.0, 1)
-            .unwrap();
-    let all = fleet.generate().unwrap().series(60_000).unwrap().intervals;
+    let all = lifetimes("32:1-3:5", 12.0, 1);
     let aws = constants().recovery(120_000.0).unwrap();
     let agreed = run_guest_against_native("gpt-1.5b", &all[..290], aws);
     assert!(agreed.arima_led > 0, "the planner never planned on ARIMA's counts");

@@ -178,7 +178,6 @@ impl TransitionCache {
                 models: HashMap::new(),
                 shared: SharedByFrom::default(),
                 stats: CacheStats::default(),
-                work_limit: None,
                 columns: Vec::new(),
                 width: 0,
             },
@@ -463,9 +462,6 @@ pub(super) struct DistributionStore {
     shared: SharedByFrom,
     /// What [`TransitionCache::stats`] reports.
     pub(super) stats: CacheStats,
-    /// The running plan's [`super::PlanOptions::work_limit`]: a distribution
-    /// is not computed once the work count passes it.
-    pub(super) work_limit: Option<u64>,
     /// Per program state of the current call (its layouts, then the pause),
     /// its column in the tables ([`DistributionStore::slot`]).
     columns: Vec<usize>,
@@ -640,7 +636,7 @@ impl DistributionStore {
             self.stats.hits += 1;
             return Ok(self.heads[head as usize]);
         }
-        if let Some(limit) = self.work_limit.filter(|&limit| self.stats.work() > limit) {
+        if let Some(limit) = ctx.work_limit.filter(|&limit| self.stats.work() > limit) {
             return Err(LiveputError::WorkLimit { limit });
         }
         self.stats.misses += 1;

@@ -24,6 +24,10 @@ pub(super) struct PlanContext<'a> {
     pub(super) recovery: Recovery,
     /// The layouts to choose from ([`candidates`]).
     pub(super) layouts: Vec<LayoutChoice>,
+    /// The plan's [`super::PlanOptions::work_limit`]: no transition
+    /// distribution is computed once the work count passes it (one interval
+    /// at a fleet size not seen yet computes hundreds of them).
+    pub(super) work_limit: Option<u64>,
 }
 
 /// The layouts the program may choose, in profile order (first occurrence).

@@ -517,7 +517,12 @@ fn plan(
         return Ok(ScoredPlan { steps: Vec::new(), objective: 0.0 });
     }
     let mixtures = scenarios::mixtures(steps, churn)?;
-    let ctx = PlanContext { profile, recovery: options.recovery, layouts: candidates(profile)? };
+    let ctx = PlanContext {
+        profile,
+        recovery: options.recovery,
+        layouts: candidates(profile)?,
+        work_limit: options.work_limit,
+    };
     if let Some(config) = options.first.filter(|&c| ctx.layouts.iter().all(|l| l.config != c)) {
         return Err(LiveputError::UnknownConfig { config });
     }

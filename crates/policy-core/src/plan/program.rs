@@ -134,22 +134,6 @@ pub(super) fn run(
     store: &mut DistributionStore,
     work: &mut Work,
 ) -> Result<ScoredPlan, LiveputError> {
-    // A distribution computed past the limit stops the plan too: one interval
-    // at a fleet size not seen yet computes hundreds of them.
-    store.work_limit = options.work_limit;
-    let planned = run_within(ctx, horizon, options, store, work);
-    store.work_limit = None;
-    planned
-}
-
-/// [`run`], its work limit set on `store`.
-fn run_within(
-    ctx: &PlanContext<'_>,
-    horizon: &Horizon<'_>,
-    options: PlanOptions,
-    store: &mut DistributionStore,
-    work: &mut Work,
-) -> Result<ScoredPlan, LiveputError> {
     let program = Program::new(ctx, horizon, options);
     program.start(horizon, work);
     for (i, (mix, &after)) in horizon.mixtures.iter().zip(horizon.afters).enumerate() {
