@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use parcae_policy_core::ModelProfile;
 use parcae_profile::{CostConstants, Profile};
-use parcae_sim::Prices;
 use parcae_sim::peers::{self, BambooSpeed, Peer, PeerConstants, PeerSettings};
+use parcae_sim::{CadenceRule, Cadenced, Prices};
 use serde::Deserialize;
 
 const T: u64 = 60_000;
@@ -77,11 +77,14 @@ fn constants() -> PeerConstants {
     c
 }
 
+fn cost_constants() -> CostConstants {
+    CostConstants::load(root().join("data/profiles/cost-constants.json")).unwrap()
+}
+
 fn profile(model: &str) -> ModelProfile {
-    let cost = CostConstants::load(root().join("data/profiles/cost-constants.json")).unwrap();
     Profile::load(root().join("data/profiles/p3-v100-parcae.json"))
         .unwrap()
-        .model_profile(model, &cost)
+        .model_profile(model, &cost_constants())
         .unwrap()
 }
 
@@ -111,7 +114,20 @@ fn ours(peer: &str, profile: &ModelProfile, trace: &str, constants: &PeerConstan
         }
         other => panic!("authors-simulators.json: unknown peer `{other}`"),
     };
-    let settings = PeerSettings::new(T, PRICES);
+    // As `bench` runs them: Bamboo and Oobleck, which restart from a
+    // checkpoint after losing a stage, take the deployment's checkpoints at
+    // our rows' cadence (seen so far).
+    let cost = cost_constants();
+    let recovery = cost.recovery(notice_ms as f64).unwrap();
+    let cadence = Cadenced::new(
+        CadenceRule::SeenSoFar,
+        profile,
+        s,
+        T,
+        &recovery,
+        cost.checkpoint_snapshot_bytes_per_ms(),
+    );
+    let settings = PeerSettings { cadence: Some(cadence), ..PeerSettings::new(T, PRICES) };
     let run = peers::run(peer, profile, s, &constants, &settings, notice_ms).unwrap();
     let ideal = peers::own_ideal_samples(peer, profile, s, &constants, T).unwrap();
     assert!(ideal > 0.0, "{peer}: no ideal throughput on {}", trace.source().display());

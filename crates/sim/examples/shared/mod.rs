@@ -47,8 +47,9 @@ pub fn take_cadence(args: &mut Vec<String>) -> CadenceRule {
 /// Every row the default is held against, scored on `series` as `bench`
 /// scores them: reactive with live migrations and with a restart on every
 /// change (both on `system`, the profiles at our checkpoint cadence), and the
-/// three peers, which model their own recovery on `profile` (a peer that
-/// cannot run the model is left out). `(row name, its simulation)`.
+/// three peers, which model their own recovery on `profile` (Bamboo and
+/// Oobleck taking `system`'s checkpoints; a peer that cannot run the model is
+/// left out). `(row name, its simulation)`.
 #[allow(clippy::too_many_arguments, reason = "the case's trace, profiles, deployment and prices")]
 #[allow(dead_code, reason = "lookalike_draws holds the default against reactive alone")]
 pub fn other_rows(
@@ -70,7 +71,8 @@ pub fn other_rows(
         ("reactive".to_string(), run(MigrationMode::Live)),
         ("reactive-restart".to_string(), run(MigrationMode::RestartOnChange)),
     ];
-    let settings = PeerSettings { interval_ms, prices, runs: 16, seed: 1 };
+    // The peers that restart from checkpoints take the deployment's, as ours do.
+    let settings = PeerSettings { interval_ms, prices, runs: 16, seed: 1, cadence: Some(system.clone()) };
     for peer in [Peer::Bamboo, Peer::Varuna, Peer::Oobleck] {
         if let Ok(run) = peers::run(peer, profile, series, peer_constants, &settings, notice_ms as u64) {
             rows.push((peer.as_str().to_string(), run.result));

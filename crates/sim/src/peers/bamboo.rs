@@ -24,10 +24,13 @@
 //!   itself covering for its successor, the failure is fatal: a global
 //!   rendezvous (`global_rendezvous_ms`; both released simulators resume
 //!   training when its timeout fires, with no local reconfiguration on top);
-//!   when no surviving node holds some stage, the job also reloads the
-//!   checkpoint and loses the work since it. The preemption notice changes
-//!   nothing: Bamboo's recovery is its redundant computation, and neither
-//!   simulator takes a notice.
+//!   when no surviving node holds some stage, the job also loses the work
+//!   since the deployment's last periodic checkpoint and restarts from it, at
+//!   the cost model's restart from a checkpoint (as every system; no less
+//!   than the rendezvous and the reload); it takes those checkpoints as Parcae
+//!   does and pays their share of throughput ([`PeerSettings::cadence`]). The
+//!   preemption notice changes nothing: Bamboo's recovery is its redundant
+//!   computation, and neither simulator takes a notice.
 //! - **Reconfiguration** (`reconfigure_ms`, every node gets fresh coordinates)
 //!   when, after the interval's events, the simulator's rule says so: there are
 //!   waiting instances to replace every overloaded node, or the chance that the
@@ -41,13 +44,13 @@
 
 use std::collections::BTreeMap;
 
-use parcae_policy_core::liveput::{self, MigrationKind};
+use parcae_policy_core::liveput::MigrationKind;
 use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 
 use super::rng::SplitMix64;
 use super::{
-    BambooConstants, BambooModel, BambooSpeed, Peer, PeerError, PeerRun, PeerSettings, cap_rollbacks,
-    check_series, cold_start_ms, model_entry, never_runs, record, train,
+    BambooConstants, BambooModel, BambooSpeed, CheckpointCost, Peer, PeerCheckpoints, PeerError, PeerRun,
+    PeerSettings, cap_rollbacks, check_series, cold_start_ms, model_entry, never_runs, record, train,
 };
 use crate::{IntervalRecord, KindProbabilities, PeerConstants, summarize};
 
@@ -156,6 +159,7 @@ struct Run<'a> {
     fallback: bool,
     carried: f64,
     events: Events,
+    checkpoints: PeerCheckpoints<'a>,
 }
 
 impl Run<'_> {
@@ -254,20 +258,31 @@ impl Run<'_> {
         let mut transition = None;
         let mut kind = MigrationKind::None;
         let restart_ms = self.c.global_rendezvous_ms;
-        let reload = self.profile.checkpoint_restart_ms;
-        let reload_ms = move |wiped: bool| if wiped { reload } else { 0.0 };
+        // A restart that reloads the checkpoint (some stage's state lost) is a
+        // restart from a checkpoint as every row pays it: the cost model's
+        // restart from nothing into the new layout (processes, model, every
+        // stage's state), and no less than Bamboo's own rendezvous and reload.
+        let profile = self.profile;
+        let reload = profile.checkpoint_restart_ms;
+        let restart_after = move |wiped: bool, config: ParallelConfig| -> Result<f64, PeerError> {
+            Ok(if wiped {
+                (restart_ms + reload).max(cold_start_ms(profile, config, k).map_err(PeerError::Sim)?)
+            } else {
+                restart_ms
+            })
+        };
         if running && (fatal || best.is_none()) {
             if fatal {
                 self.events.fatal += 1;
             }
             if wiped {
                 self.events.wiped += 1;
-                lost = liveput::lost_work_ms(self.profile) * before_speed / 1000.0;
+                lost = self.checkpoints.lost_samples(before_speed);
             }
             match best {
                 Some((d, speed)) => {
                     self.assign(d, speed);
-                    transition = Some(restart_ms + reload_ms(wiped));
+                    transition = Some(restart_after(wiped, ParallelConfig::new(d, p))?);
                     kind = MigrationKind::Restart;
                 }
                 None => {
@@ -280,7 +295,7 @@ impl Run<'_> {
                 self.assign(d, speed);
                 let config = self.config.unwrap_or(ParallelConfig::new(d, p));
                 transition = Some(if self.started {
-                    restart_ms + reload_ms(self.stopped_wiped)
+                    restart_after(self.stopped_wiped, config)?
                 } else {
                     cold_start_ms(self.profile, config, k).map_err(PeerError::Sim)?
                 });
@@ -303,11 +318,13 @@ impl Run<'_> {
         let carried_in = self.carried;
         // A new reconfiguration supersedes one still in flight.
         let busy = transition.unwrap_or(if self.config.is_some() { self.carried } else { 0.0 });
-        let speed = match self.config {
-            Some(_) if self.fallback => self.speed / self.c.fallback_slowdown,
-            Some(_) => self.speed,
-            None => 0.0,
-        };
+        let keep = self.checkpoints.advance(k);
+        let speed = keep
+            * match self.config {
+                Some(_) if self.fallback => self.speed / self.c.fallback_slowdown,
+                Some(_) => self.speed,
+                None => 0.0,
+            };
         let (samples, leftover) = train(speed, busy, t);
         self.carried = leftover;
         Ok(record(k, stats, self.config, samples, lost, carried_in, transition.unwrap_or(0.0), busy, t, kind))
@@ -326,11 +343,16 @@ pub fn bamboo(
     let mut all = Vec::with_capacity(runs as usize);
     let mut notes = Vec::new();
     let mut totals = Events::default();
+    let mut checkpoint_totals: Option<CheckpointCost> = None;
     for r in 0..runs {
         let mut rng = SplitMix64::new(settings.seed.wrapping_add(u64::from(r).wrapping_mul(0x9E37_79B9)));
         let mut pick = |_k: usize, alive: usize, count: usize| Ok(rng.choose(alive, count));
         match simulate(profile, series, constants, settings, &mut pick)? {
-            Outcome::Ran { records, events, plan_note } => {
+            Outcome::Ran { records, events, plan_note, checkpoints } => {
+                match &mut checkpoint_totals {
+                    Some(totals) => totals.absorb(checkpoints),
+                    None => checkpoint_totals = Some(checkpoints),
+                }
                 totals.failovers += events.failovers;
                 totals.fatal += events.fatal;
                 totals.reconfigurations += events.reconfigurations;
@@ -352,6 +374,7 @@ pub fn bamboo(
         totals.wiped as f64 / n,
         totals.reconfigurations as f64 / n
     ));
+    notes.extend(checkpoint_totals.map(|c| c.note(Peer::Bamboo, series.len(), runs as usize)));
     let records = average(all);
     Ok(PeerRun {
         peer: Peer::Bamboo,
@@ -396,7 +419,7 @@ pub fn bamboo_with_victims(
 }
 
 enum Outcome {
-    Ran { records: Vec<IntervalRecord>, events: Events, plan_note: String },
+    Ran { records: Vec<IntervalRecord>, events: Events, plan_note: String, checkpoints: CheckpointCost },
     Cannot(PeerRun),
 }
 
@@ -452,13 +475,14 @@ fn simulate(
         fallback: false,
         carried: 0.0,
         events: Events::default(),
+        checkpoints: PeerCheckpoints::new(profile, settings),
     };
     let mut records = Vec::with_capacity(series.len());
     for (k, stats) in series.iter().enumerate() {
         records.push(run.step(k, *stats, victims)?);
     }
     cap_rollbacks(profile, &mut records);
-    Ok(Outcome::Ran { records, events: run.events, plan_note })
+    Ok(Outcome::Ran { records, events: run.events, plan_note, checkpoints: run.checkpoints.cost })
 }
 
 /// The mean of several runs' records, interval by interval; the layout shown
@@ -603,6 +627,44 @@ mod tests {
         let p = profile(10_000.0, 60_000.0);
         let run = bamboo_with_victims(&p, &series, &c, &settings(), &[vec![], vec![0, 1], vec![]]).unwrap();
         assert_eq!(run.result.intervals[1].lost_samples, 30.0 * 20.0);
+    }
+
+    #[test]
+    fn a_restart_that_reloads_the_checkpoint_pays_a_restart_from_it() {
+        // As above, but the fresh processes take 30 s to start: bringing the
+        // job back from its checkpoint costs what it costs every row (the
+        // cost model's restart from nothing), more than Bamboo's rendezvous
+        // and reload alone (13 s).
+        let mut p = profile(10_000.0, 1_200_000.0);
+        p.process_start_ms = 30_000.0;
+        let c = constants();
+        let series = [stats(2, 2, 0), stats(0, 0, 2), stats(2, 2, 0)];
+        let run = bamboo_with_victims(&p, &series, &c, &settings(), &[vec![], vec![0, 1], vec![]]).unwrap();
+        let r = &run.result.intervals;
+        let cold = cold_start_ms(&p, ParallelConfig::new(1, 2), 2).unwrap();
+        assert!(cold > 13_000.0, "{cold}");
+        assert_eq!(r[2].migration_ms, cold);
+        assert_eq!(r[0].migration_ms, cold, "the first start is the same restart");
+    }
+
+    #[test]
+    fn it_takes_the_deployments_checkpoints_it_reloads() {
+        // The deployment checkpoints every minute at 10% of throughput: Bamboo
+        // trains at 90% and losing both copies of a stage rolls back 30 s of
+        // that slower training.
+        let p = profile(10_000.0, 1_200_000.0);
+        let c = constants();
+        let series = [stats(2, 2, 0), stats(2, 0, 0), stats(0, 0, 2)];
+        let victims = [vec![], vec![], vec![0, 1]];
+        let free = bamboo_with_victims(&p, &series, &c, &settings(), &victims).unwrap();
+        let deployment = crate::cadence::checkpointing(&p, 60_000.0, 0.9);
+        let paid_settings =
+            PeerSettings { cadence: Some(crate::Cadenced::constant(deployment, series.len())), ..settings() };
+        let paid = bamboo_with_victims(&p, &series, &c, &paid_settings, &victims).unwrap();
+        let (free, paid) = (&free.result.intervals, &paid.result.intervals);
+        assert_eq!(free[1].samples, 20.0 * 60.0);
+        assert_eq!(paid[1].samples, 0.9 * free[1].samples);
+        assert_eq!(paid[2].lost_samples, 30.0 * 20.0 * 0.9);
     }
 
     #[test]

@@ -12,8 +12,8 @@
 //!   (arrivals wait for that restart), losing the work since the last
 //!   checkpoint unless the preemption notice leaves time to write one.
 //! - [`oobleck`] (Jang et al., SOSP'23): pipeline templates with at least `f +
-//!   1` replicas, reconfiguration in seconds from surviving replicas, no
-//!   checkpoint overhead; it cannot run when no template set fits.
+//!   1` replicas, reconfiguration in seconds from surviving replicas; it
+//!   cannot run when no template set fits.
 //! - [`on_demand`]: a fixed fleet at the on-demand price, never preempted: the
 //!   cost reference.
 //!
@@ -45,12 +45,20 @@
 //!   over [`PeerSettings::runs`] seeded draws, Varuna and on-demand do not
 //!   depend on it.
 //! - The first start costs the profile's cold start (the liveput cost model's
-//!   restart from nothing) for every system; later restarts cost each system's
-//!   own published figure.
+//!   restart from nothing) for every system, and so does every restart from a
+//!   checkpoint after some stage's state was lost (Oobleck's and Bamboo's, as
+//!   Parcae's; Bamboo's no less than its own rendezvous and reload); other
+//!   restarts cost each system's own published figure.
+//! - Periodic checkpoints are the deployment's ([`PeerSettings::cadence`]):
+//!   Bamboo and Oobleck, which restart from one after losing a stage's state,
+//!   take the same checkpoints as Parcae at the same cadence and pay the same
+//!   share of throughput for them (Varuna checkpoints every k iterations of
+//!   its own).
 //! - Work that no surviving instance holds any more is lost back to the last
-//!   checkpoint ([`parcae_policy_core::liveput::lost_work_ms`]), and no more
-//!   than was trained since the last rollback ([`parcae_policy_core::at_risk`]),
-//!   as for Parcae (Varuna: the iterations since its own last checkpoint).
+//!   checkpoint (half the checkpoint interval of the cadence that trained it,
+//!   [`parcae_policy_core::liveput::lost_work_ms`]), and no more than was
+//!   trained since the last rollback ([`parcae_policy_core::at_risk`]), as for
+//!   Parcae (Varuna: the iterations since its own last checkpoint).
 //!
 //! Records reuse [`IntervalRecord`]; the kinds mean: `intra_stage` = a
 //! preemption absorbed without reconfiguring (Bamboo's fail-over),
@@ -80,7 +88,8 @@ pub use on_demand::on_demand;
 pub use oobleck::oobleck;
 pub use varuna::{varuna, varuna_with_notice, young_interval_ms};
 
-use crate::{IntervalRecord, KindProbabilities, Prices, SimError, SimResult};
+use crate::cadence::throughput_kept;
+use crate::{Cadenced, IntervalRecord, KindProbabilities, Prices, SimError, SimResult};
 
 /// A published peer system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -118,7 +127,7 @@ impl std::fmt::Display for Peer {
 }
 
 /// How a peer is simulated.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PeerSettings {
     /// Length of one interval, ms.
     pub interval_ms: u64,
@@ -128,12 +137,108 @@ pub struct PeerSettings {
     pub runs: u32,
     /// Seed of the first draw.
     pub seed: u64,
+    /// The deployment's periodic checkpoints, as our rows take them (their
+    /// [`Cadenced`] profiles, built from the same profile): the peers that
+    /// restart from a checkpoint after losing a stage (Bamboo, Oobleck) take
+    /// the same checkpoints, pay the same share of throughput for them and
+    /// roll back to the last of them. `None`: checkpoints every
+    /// `checkpoint_interval_ms` of the profile, at no cost.
+    pub cadence: Option<Cadenced>,
 }
 
 impl PeerSettings {
-    /// 60 s intervals, 64 draws, seed 1.
+    /// 60 s intervals, 64 draws, seed 1, the profile's checkpoints at no cost.
     pub fn new(interval_ms: u64, prices: Prices) -> Self {
-        Self { interval_ms, prices, runs: 64, seed: 1 }
+        Self { interval_ms, prices, runs: 64, seed: 1, cadence: None }
+    }
+}
+
+/// The deployment's periodic checkpoints as a peer that restarts from them
+/// meets them, interval by interval ([`PeerSettings::cadence`]). A restart
+/// from a checkpoint needs checkpoints taken: without this the peers trained
+/// at the profile's full speed and still restarted from one, and so could
+/// train more than the Oracle, which pays for them (Oobleck, 58 places living
+/// 3 min, p3, GPT-6.7B, 5 s notice: 298 samples against 289).
+#[derive(Debug, Clone)]
+struct PeerCheckpoints<'a> {
+    /// The peer's own profile: what the shares of throughput are read against.
+    profile: &'a ModelProfile,
+    cadence: Option<&'a Cadenced>,
+    /// The checkpoint interval whose half a loss now rolls back: the cadence
+    /// of the interval trained last.
+    rollback_interval_ms: f64,
+    /// The share of throughput the checkpoints of the interval trained last left.
+    keep: f64,
+    cost: CheckpointCost,
+}
+
+/// What the deployment's checkpoints cost a peer over a run, for its notes.
+#[derive(Debug, Clone, Copy)]
+struct CheckpointCost {
+    /// Whether checkpoints were priced at all ([`PeerSettings::cadence`]).
+    priced: bool,
+    /// Intervals whose checkpoints took a share of throughput.
+    charged: usize,
+    /// The largest share taken.
+    most_taken: f64,
+}
+
+impl<'a> PeerCheckpoints<'a> {
+    fn new(profile: &'a ModelProfile, settings: &'a PeerSettings) -> Self {
+        PeerCheckpoints {
+            profile,
+            cadence: settings.cadence.as_ref(),
+            rollback_interval_ms: profile.checkpoint_interval_ms,
+            keep: 1.0,
+            cost: CheckpointCost { priced: settings.cadence.is_some(), charged: 0, most_taken: 0.0 },
+        }
+    }
+
+    /// Samples a loss now rolls back on average, of work trained at
+    /// `samples_per_second` before the checkpoints took their share.
+    fn lost_samples(&self, samples_per_second: f64) -> f64 {
+        let ms = self.rollback_interval_ms;
+        let half = if ms.is_finite() && ms > 0.0 { ms / 2.0 } else { 0.0 };
+        half * samples_per_second * self.keep / 1000.0
+    }
+
+    /// Moves to interval `k`: the share of throughput its checkpoints leave.
+    fn advance(&mut self, k: usize) -> f64 {
+        if let Some(cadence) = self.cadence {
+            let at = cadence.at(k);
+            self.rollback_interval_ms = at.checkpoint_interval_ms;
+            self.keep = throughput_kept(self.profile, at);
+            if self.keep < 1.0 {
+                self.cost.charged += 1;
+                self.cost.most_taken = self.cost.most_taken.max(1.0 - self.keep);
+            }
+        }
+        self.keep
+    }
+}
+
+impl CheckpointCost {
+    /// Adds another draw's counts (Bamboo's runs), for a note over several.
+    fn absorb(&mut self, other: CheckpointCost) {
+        self.charged += other.charged;
+        self.most_taken = self.most_taken.max(other.most_taken);
+    }
+
+    /// A note on what the checkpoints cost `peer` over `intervals`, the mean
+    /// of `draws` runs absorbed.
+    fn note(&self, peer: Peer, intervals: usize, draws: usize) -> String {
+        if !self.priced {
+            format!("{peer}: the profile's periodic checkpoints, at no cost")
+        } else if self.charged == 0 {
+            format!("{peer}: the deployment's periodic checkpoints, at the profile's cadence throughout")
+        } else {
+            format!(
+                "{peer}: the deployment's periodic checkpoints (as our rows take them) cost it throughput in \
+                 {:.0} of {intervals} intervals, up to {:.1}% of it",
+                self.charged as f64 / draws.max(1) as f64,
+                100.0 * self.most_taken
+            )
+        }
     }
 }
 
@@ -289,11 +394,6 @@ fn cold_start_ms(profile: &ModelProfile, config: ParallelConfig, interval: usize
     liveput::scenario_cost(profile, None, &[], 0, arrived, Some(config))
         .map(|c| c.duration_ms)
         .map_err(|source| SimError::CostModel { interval, source })
-}
-
-/// Samples the work since the last checkpoint is worth at `config`'s speed.
-fn lost_samples_at(profile: &ModelProfile, config: ParallelConfig) -> f64 {
-    liveput::lost_work_ms(profile) * throughput(profile, config) / 1000.0
 }
 
 /// One interval of training at `samples_per_second` with `busy_ms` of

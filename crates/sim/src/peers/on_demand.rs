@@ -25,7 +25,7 @@ pub fn on_demand(
         .unwrap_or_else(|| series.iter().map(|s| s.instances).max().unwrap_or(0));
     let price = settings.prices.on_demand_usd_per_hour;
     let prices = Prices { spot_usd_per_hour: price, on_demand_usd_per_hour: price };
-    let settings = PeerSettings { prices, ..*settings };
+    let settings = PeerSettings { prices, ..settings.clone() };
     let fixed: Vec<IntervalStats> = (0..series.len())
         .map(|k| IntervalStats { instances: fleet, arrivals: if k == 0 { fleet } else { 0 }, preemptions: 0 })
         .collect();

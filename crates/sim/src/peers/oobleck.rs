@@ -2,7 +2,7 @@
 //! fleet size, instantiated so that at least `f + 1` pipelines (replicas of
 //! the model) run; after a preemption the pipelines are re-instantiated from
 //! the templates and the surviving replicas' state in seconds, with no
-//! checkpoint. As in the Oobleck artifact's simulator
+//! checkpoint restart. As in the Oobleck artifact's simulator
 //! (`tools/simulator/oobleck_simulator.py`), a preemption also wastes the
 //! iteration in flight.
 //!
@@ -14,7 +14,9 @@
 //! layout fits, no template set fits: training stops until enough instances
 //! return. When a preemption takes every replica of some stage, state is lost
 //! beyond what the replicas can restore: the job restarts from a checkpoint
-//! and loses the work since it, as Parcae does in that case.
+//! and loses the work since it, as Parcae does in that case. It takes the
+//! deployment's periodic checkpoints for that, as Parcae does, and pays their
+//! share of throughput ([`PeerSettings::cadence`]).
 //!
 //! The expectation over which instances are preempted is exact: it is the
 //! liveput cost model's distribution of the transition
@@ -26,7 +28,7 @@ use parcae_policy_core::{IntervalStats, ModelProfile, ParallelConfig};
 
 use super::OobleckReconfiguration;
 use super::{
-    Peer, PeerError, PeerRun, PeerSettings, cap_rollbacks, check_series, cold_start_ms, lost_samples_at,
+    Peer, PeerCheckpoints, PeerError, PeerRun, PeerSettings, cap_rollbacks, check_series, cold_start_ms,
     model_entry, throughput,
 };
 use crate::{IntervalRecord, KindProbabilities, PeerConstants, SimError, summarize};
@@ -72,12 +74,12 @@ pub fn oobleck(
     let mut records = Vec::with_capacity(series.len());
     let mut no_template = 0usize;
     let mut p_restarts = 0.0;
+    let mut checkpoints = PeerCheckpoints::new(profile, settings);
     for (k, stats) in series.iter().enumerate() {
         let target = layout(profile, stats.instances, replicas);
         if target.is_none() {
             no_template += 1;
         }
-        let thr_to = target.map_or(0.0, |c| throughput(profile, c));
         let cost_err = |source| SimError::CostModel { interval: k, source };
         // (probability, kind, reconfiguration ms, lost samples)
         let mut branches: Vec<(f64, MigrationKind, f64, f64)> = Vec::new();
@@ -92,7 +94,7 @@ pub fn oobleck(
                     to,
                 )
                 .map_err(cost_err)?;
-                let lost = lost_samples_at(profile, from);
+                let lost = checkpoints.lost_samples(throughput(profile, from));
                 let in_flight = if stats.preemptions > 0 {
                     f64::from(profile.global_batch_size) * 1000.0
                         / throughput(profile, from).max(f64::MIN_POSITIVE)
@@ -137,6 +139,7 @@ pub fn oobleck(
             }
             (None, None) => branches.push((1.0, MigrationKind::None, 0.0, 0.0)),
         }
+        let thr_to = target.map_or(0.0, |c| throughput(profile, c)) * checkpoints.advance(k);
         let carried_in = if target.is_some() { carried } else { 0.0 };
         let mut rec = IntervalRecord {
             interval: k,
@@ -181,7 +184,7 @@ pub fn oobleck(
     }
     let mut notes = vec![format!(
         "oobleck ({}): f = {} (at least {replicas} pipelines), reconfiguration from surviving replicas in {}, \
-         no checkpoint overhead; the smallest fleet that runs is {} instances",
+         the smallest fleet that runs is {} instances",
         model.paper_model,
         replicas - 1,
         match constants.oobleck.reconfiguration {
@@ -192,6 +195,7 @@ pub fn oobleck(
         smallest
             .map_or_else(|| "none (no profiled layout has enough pipelines)".to_string(), |n| n.to_string())
     )];
+    notes.push(checkpoints.cost.note(Peer::Oobleck, series.len(), 1));
     if no_template > 0 {
         notes.push(format!(
             "oobleck: no template set fits in {no_template} interval(s): training stopped there"
@@ -214,7 +218,7 @@ pub fn oobleck(
 mod tests {
     use super::super::testing::*;
     use super::*;
-    use crate::Prices;
+    use crate::{Cadenced, Prices};
 
     const PRICES: Prices = Prices { spot_usd_per_hour: 1.0, on_demand_usd_per_hour: 3.0 };
 
@@ -296,5 +300,31 @@ mod tests {
         deep.checkpoint_interval_ms = 20_000.0;
         let run = oobleck(&deep, &series, &c, &PeerSettings::new(60_000, PRICES)).unwrap();
         assert_eq!(run.result.intervals[1].lost_samples, 10.0 * 40.0);
+    }
+
+    #[test]
+    fn it_takes_the_deployments_checkpoints_it_restarts_from() {
+        // The deployment checkpoints so that a loss rolls back 10 s on
+        // average (interval 20 s) and keeps 90% of the throughput: Oobleck,
+        // which restarts from those checkpoints, trains at 90% and a loss of
+        // every replica of a stage rolls back 10 s of that slower training.
+        let mut deep = profile(10_000.0, 1_200_000.0);
+        deep.configs.retain(|e| e.config.pipeline_stages == 4 || e.config == ParallelConfig::new(1, 2));
+        let mut c = constants();
+        c.oobleck.fault_tolerance = 0;
+        let series = [stats(4, 4, 0), stats(4, 0, 0), stats(3, 0, 1)];
+        let free = oobleck(&deep, &series, &c, &PeerSettings::new(60_000, PRICES)).unwrap();
+        let deployment = crate::cadence::checkpointing(&deep, 20_000.0, 0.9);
+        let settings = PeerSettings {
+            cadence: Some(Cadenced::constant(deployment, series.len())),
+            ..PeerSettings::new(60_000, PRICES)
+        };
+        let paid = oobleck(&deep, &series, &c, &settings).unwrap();
+        let (free, paid) = (&free.result.intervals, &paid.result.intervals);
+        assert_eq!(paid[1].samples, 0.9 * free[1].samples);
+        assert_eq!(free[1].samples, 40.0 * 60.0);
+        assert_eq!(paid[2].lost_samples, 10.0 * 40.0 * 0.9);
+        // The profile's 20 min cadence would have rolled back all it trained.
+        assert_eq!(free[2].lost_samples, free[0].samples + free[1].samples);
     }
 }

@@ -235,9 +235,9 @@ pub fn bench_trace(
     let wants = |b: Baseline| settings.baselines.contains(&b);
     // Our system checkpoints at the Young/Daly cadence of the losses the
     // notice does not cover (those seen so far, or the whole trace's); every
-    // row but Ideal and the peers (which model their own) trains under it,
-    // under the same recovery rules, and the policies are told each
-    // interval's profile.
+    // row but Ideal, Varuna (which checkpoints every k iterations of its own)
+    // and the on-demand fleet trains under it, our rows under the same
+    // recovery rules, and the policies are told each interval's profile.
     let system = Cadenced::new(
         settings.cadence,
         profile,
@@ -364,8 +364,15 @@ pub fn bench_trace(
     if !settings.peers.is_empty() {
         let constants =
             settings.peer_constants.as_ref().context("peers asked for without their constants")?;
-        let peer_settings =
-            PeerSettings { interval_ms, prices: settings.prices, runs: settings.peer_runs.max(1), seed: 1 };
+        // The peers that restart from checkpoints (Bamboo, Oobleck) take the
+        // deployment's, as our rows do.
+        let peer_settings = PeerSettings {
+            interval_ms,
+            prices: settings.prices,
+            runs: settings.peer_runs.max(1),
+            seed: 1,
+            cadence: Some(system.clone()),
+        };
         // Each peer keeps only the recovery its paper describes, given the
         // same notice. Bamboo's speed is contested between sources: the
         // chosen derivation is its row, the other a `bamboo-slow` row.
