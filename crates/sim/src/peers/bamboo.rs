@@ -481,7 +481,7 @@ fn simulate(
     for (k, stats) in series.iter().enumerate() {
         records.push(run.step(k, *stats, victims)?);
     }
-    cap_rollbacks(profile, &mut records);
+    cap_rollbacks(run.checkpoints.risk_ceiling(), &mut records);
     Ok(Outcome::Ran { records, events: run.events, plan_note, checkpoints: run.checkpoints.cost })
 }
 

@@ -164,11 +164,9 @@ struct PeerCheckpoints<'a> {
     /// The peer's own profile: what the shares of throughput are read against.
     profile: &'a ModelProfile,
     cadence: Option<&'a Cadenced>,
-    /// The checkpoint interval whose half a loss now rolls back: the cadence
-    /// of the interval trained last.
-    rollback_interval_ms: f64,
-    /// The share of throughput the checkpoints of the interval trained last left.
-    keep: f64,
+    /// The profile of the interval trained last (its cadence): what a loss
+    /// now rolls back, and the share of throughput its checkpoints left.
+    trained: &'a ModelProfile,
     cost: CheckpointCost,
 }
 
@@ -188,32 +186,39 @@ impl<'a> PeerCheckpoints<'a> {
         PeerCheckpoints {
             profile,
             cadence: settings.cadence.as_ref(),
-            rollback_interval_ms: profile.checkpoint_interval_ms,
-            keep: 1.0,
+            trained: profile,
             cost: CheckpointCost { priced: settings.cadence.is_some(), charged: 0, most_taken: 0.0 },
         }
+    }
+
+    /// The share of throughput the checkpoints of the interval trained last left.
+    fn keep(&self) -> f64 {
+        throughput_kept(self.profile, self.trained)
     }
 
     /// Samples a loss now rolls back on average, of work trained at
     /// `samples_per_second` before the checkpoints took their share.
     fn lost_samples(&self, samples_per_second: f64) -> f64 {
-        let ms = self.rollback_interval_ms;
-        let half = if ms.is_finite() && ms > 0.0 { ms / 2.0 } else { 0.0 };
-        half * samples_per_second * self.keep / 1000.0
+        liveput::lost_work_ms(self.trained) * samples_per_second * self.keep() / 1000.0
     }
 
     /// Moves to interval `k`: the share of throughput its checkpoints leave.
     fn advance(&mut self, k: usize) -> f64 {
         if let Some(cadence) = self.cadence {
-            let at = cadence.at(k);
-            self.rollback_interval_ms = at.checkpoint_interval_ms;
-            self.keep = throughput_kept(self.profile, at);
-            if self.keep < 1.0 {
+            self.trained = cadence.at(k);
+            let taken = 1.0 - self.keep();
+            if taken > 0.0 {
                 self.cost.charged += 1;
-                self.cost.most_taken = self.cost.most_taken.max(1.0 - self.keep);
+                self.cost.most_taken = self.cost.most_taken.max(taken);
             }
         }
-        self.keep
+        self.keep()
+    }
+
+    /// The most a rollback can take back, as our rows are capped
+    /// ([`Cadenced::risk_ceiling`]; without a cadence, the profile's).
+    fn risk_ceiling(&self) -> f64 {
+        self.cadence.map_or_else(|| at_risk::ceiling(self.profile), Cadenced::risk_ceiling)
     }
 }
 
@@ -445,9 +450,10 @@ fn record(
 /// rollbacks need no cap). A peer's record is one expectation per interval,
 /// so the rule runs on it: a record that loses work with probability
 /// `p_lost_work` loses `lost_samples / p_lost_work` each time in steady state;
-/// a rollback starts the work at risk again from nothing.
-fn cap_rollbacks(profile: &ModelProfile, records: &mut [IntervalRecord]) {
-    let ceiling = at_risk::ceiling(profile);
+/// a rollback starts the work at risk again from nothing. `ceiling` is the
+/// most that can be at risk, the deployment's as for our rows
+/// ([`PeerCheckpoints::risk_ceiling`]).
+fn cap_rollbacks(ceiling: f64, records: &mut [IntervalRecord]) {
     let mut risk = 0.0;
     for r in records.iter_mut() {
         if r.p_lost_work > 0.0 {

@@ -206,7 +206,7 @@ pub fn oobleck(
             "oobleck: {p_restarts:.2} expected restarts from a checkpoint after a stage lost every replica"
         ));
     }
-    cap_rollbacks(profile, &mut records);
+    cap_rollbacks(checkpoints.risk_ceiling(), &mut records);
     Ok(PeerRun {
         peer: Peer::Oobleck,
         result: summarize(records, settings.interval_ms, settings.prices),
