@@ -121,6 +121,28 @@
 //! ([`GuardSettings::at_risk_front`]): a cold start's fronts fill up, and on
 //! a wide profile one decision outran the guest's fuel budget.
 //!
+//! # Handing over without hurry
+//!
+//! Reactive takes the layout of highest throughput at once, and after a
+//! hand-over so did the real job: from a layout of the planner's that was
+//! often within a percent of reactive's (2x13 where reactive runs 2x12), it
+//! paid a migration the reactive shadow never paid, and where instances live
+//! minutes a preemption forced a repartition again soon after. So
+//! ([`GuardSettings::lazy_return`]) the real job keeps the planner's layout
+//! while it fits and, by the cost model on the interval just observed, both
+//! of these hold:
+//! - the rent (what reactive's layout, settled, would earn over holding, this
+//!   interval) is at most the chance that the next interval's preemptions take
+//!   one of the held layout's instances (the churn estimate's bursts, their
+//!   victims drawn from the whole fleet) times what moving now costs: a
+//!   repartition is then expected before the rent adds up to the move;
+//! - the rent paid since the hand-over, this interval's included, is at most
+//!   the move's cost (as in ski rental: holding never costs more than moving
+//!   at once twice over, however wrong that chance is).
+//!
+//! On a calm fleet the chance is small and the job moves at once, as
+//! before. The README (*The default policy*, mechanism 9) has the figures.
+//!
 //! What this guarantees: over any window the real job earns about what the
 //! better candidate earned, less the migrations of a switch and the lag of the
 //! window. What it does not: it cannot beat both candidates where each wins a
@@ -137,7 +159,8 @@ use crate::liveput::{liveput, liveput_over, lost_samples, transition_distributio
 use crate::reactive::ThroughputOptimal;
 use crate::robust::RobustLiveput;
 use crate::{
-    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, Plan, PredictRequest, Predictor,
+    IntervalStats, ModelProfile, OptimizeRequest, Optimizer, ParallelConfig, Plan, PlanStep, PredictRequest,
+    Predictor,
 };
 
 /// The guard's knobs.
@@ -210,6 +233,11 @@ pub struct GuardSettings {
     /// And by this many standard deviations of the noise in the two forecast
     /// shadows' difference (as [`GuardSettings::significance`] for the guard).
     pub forecast_significance: f64,
+    /// After a hand-over, leave the planner's layout for reactive's only once
+    /// the move pays (see *Handing over without hurry* above); off: the real
+    /// job takes reactive's layout at once, as before (kept to measure the
+    /// rule).
+    pub lazy_return: bool,
 }
 
 impl Default for GuardSettings {
@@ -232,6 +260,7 @@ impl Default for GuardSettings {
             forecast_shadow: true,
             forecast_margin: DEFAULT_FORECAST_MARGIN,
             forecast_significance: DEFAULT_FORECAST_SIGNIFICANCE,
+            lazy_return: true,
         }
     }
 }
@@ -343,6 +372,10 @@ pub struct GuardedLiveput {
     /// The second planner shadow and the forecasts it chooses between
     /// ([`GuardSettings::forecast_shadow`]).
     forecasts: ForecastShadow,
+    /// Since a hand-over left the real job in a layout of the planner's: the
+    /// samples it has forgone so far by not yet moving to reactive's (`None`
+    /// once it runs reactive's layout, or while the planner leads).
+    hand_over_rent: Option<f64>,
 }
 
 /// The planner fed ARIMA's counts, had it been in charge all along, and
@@ -543,6 +576,7 @@ impl Default for GuardedLiveput {
             reactive_total: 0.0,
             real_at_risk: 0.0,
             forecasts: ForecastShadow::default(),
+            hand_over_rent: None,
         }
     }
 }
@@ -819,6 +853,9 @@ impl GuardedLiveput {
         // Per tenure: each leader starts with a clean slate, and only the
         // planner's own intervals after its switch count against it.
         let switched = self.leader != was;
+        if switched {
+            self.hand_over_rent = (self.leader == Candidate::Reactive).then_some(0.0);
+        }
         if self.settings.tenure_regret && switched {
             self.real_gap = 0.0;
             self.real_variance = 0.0;
@@ -903,6 +940,93 @@ impl GuardedLiveput {
     }
 }
 
+impl GuardedLiveput {
+    /// Under reactive after a hand-over, keeps the real job in the planner's
+    /// layout where moving to reactive's (`plan`'s first step) does not pay
+    /// yet (see *Handing over without hurry* in the module documentation).
+    fn hold_after_hand_over(&mut self, plan: &mut Plan, request: &OptimizeRequest) {
+        let Some(paid) = self.hand_over_rent.take().filter(|_| self.settings.lazy_return) else { return };
+        let (Some(held), Some(PlanStep { config: Some(reactive), .. })) =
+            (request.current, plan.steps.first())
+        else {
+            return;
+        };
+        let Some(rent) = self.rent_of_holding(request, held, *reactive) else { return };
+        let paid = paid + rent.forgone;
+        if paid <= rent.move_cost && rent.forgone <= rent.hit * rent.move_cost {
+            self.hand_over_rent = Some(paid);
+            plan.steps[0] = PlanStep { config: Some(held), expected_samples: rent.held_samples };
+        }
+    }
+
+    /// What holding `held` for the interval `request` decides costs against
+    /// moving to `reactive` now, by the cost model on the interval just
+    /// observed; `None` where there is no choice (the layouts are the same,
+    /// `held` no longer fits, or the counts cannot be scored).
+    fn rent_of_holding(
+        &self,
+        request: &OptimizeRequest,
+        held: ParallelConfig,
+        reactive: ParallelConfig,
+    ) -> Option<HoldingRent> {
+        let observed = *request.forecast.first()?;
+        if held == reactive || held.instances() > u64::from(request.instances_now) {
+            return None;
+        }
+        let before = (observed.instances + observed.preemptions).checked_sub(observed.arrivals)?;
+        let interval_ms = request.interval_ms as f64;
+        let run = |from, before, preempted, arrived, to| {
+            liveput(
+                &request.profile,
+                &request.recovery,
+                Some(from),
+                before,
+                preempted,
+                arrived,
+                Some(to),
+                interval_ms,
+                0.0,
+            )
+            .ok()
+            .map(|v| v.expected_samples)
+        };
+        let preempted = observed.preemptions.min(before);
+        let held_samples = run(held, before, preempted, observed.arrivals, held)?;
+        let moved = run(held, before, preempted, observed.arrivals, reactive)?;
+        let settled = run(reactive, request.instances_now, 0, 0, reactive)?;
+        // The chance the next interval's preemptions take one of `held`'s
+        // instances (each burst's victims drawn from the whole fleet): then
+        // the job repartitions anyway, and the move costs little more. Each
+        // victim spares it with the share of the fleet it leaves idle
+        // (multiplied out, not `powi`, so a guest computes the same bits).
+        let (fleet, used) = (f64::from(request.instances_now), held.instances() as f64);
+        let spared = if fleet > 0.0 { ((fleet - used) / fleet).max(0.0) } else { 0.0 };
+        let hit = self
+            .planner
+            .churn_for(request)
+            .iter()
+            .map(|churn| churn.probability * (1.0 - (0..churn.extra).fold(1.0, |all, _| all * spared)))
+            .sum();
+        Some(HoldingRent { forgone: settled - held_samples, move_cost: settled - moved, hit, held_samples })
+    }
+}
+
+/// Holding a layout of the planner's for one more interval after a hand-over,
+/// against moving to reactive's now, in expected samples.
+#[derive(Debug, Clone, Copy)]
+struct HoldingRent {
+    /// What reactive's layout, settled, would earn over holding this
+    /// interval: the rent.
+    forgone: f64,
+    /// What the move costs this interval against reactive's layout settled.
+    move_cost: f64,
+    /// The chance the next interval's preemptions take one of the held
+    /// layout's instances.
+    hit: f64,
+    /// What holding earns this interval.
+    held_samples: f64,
+}
+
 impl Predictor for GuardedLiveput {
     fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
         self.predicted_interval = Some(request.history.len());
@@ -942,7 +1066,11 @@ impl Optimizer for GuardedLiveput {
         }
         let plan = self.plan_with(self.leader, request);
         self.planner.optimizer.options = options;
-        plan
+        let mut plan = plan?;
+        if self.leader == Candidate::Reactive {
+            self.hold_after_hand_over(&mut plan, request);
+        }
+        Ok(plan)
     }
 }
 
@@ -950,7 +1078,7 @@ impl Optimizer for GuardedLiveput {
 mod tests {
     use super::*;
     use crate::plan::tests::toy_profile;
-    use crate::reactive::Persistence;
+    use crate::reactive::{Persistence, ThroughputOptimal};
 
     fn request(observed: IntervalStats, current: Option<ParallelConfig>, horizon: usize) -> OptimizeRequest {
         let steady = IntervalStats { instances: observed.instances, arrivals: 0, preemptions: 0 };
@@ -1011,6 +1139,74 @@ mod tests {
         guard.shadows[Candidate::Planner as usize].score = 2.0 * reactive;
         guard.real.score = 0.5 * reactive;
         guard.real_gap = -0.5 * reactive;
+    }
+
+    /// After a hand-over that left the real job in 4x2 where reactive runs
+    /// 2x4 (1% faster), with the churn estimated from `history`: the layouts
+    /// the real job runs over `intervals` calm intervals of 8 instances, and
+    /// what holding 4x2 costs against moving.
+    fn after_hand_over(
+        settings: GuardSettings,
+        history: &[IntervalStats],
+        intervals: usize,
+    ) -> (Vec<ParallelConfig>, HoldingRent) {
+        let steady = IntervalStats { instances: 8, arrivals: 0, preemptions: 0 };
+        assert_eq!(history.last(), Some(&steady), "the churn estimate is the history's");
+        let (held, reactive) = (ParallelConfig::new(4, 2), ParallelConfig::new(2, 4));
+        let at = |current| OptimizeRequest {
+            profile: toy_profile(&[(2, 4, 50.0), (4, 2, 49.5), (1, 1, 8.0)], 600_000.0),
+            ..request(steady, Some(current), 6)
+        };
+        let mut guard = GuardedLiveput::with_settings(settings);
+        guard.predict(&predict_request(history, history.len() - 1)).unwrap();
+        guard.leader = Candidate::Reactive;
+        guard.hand_over_rent = Some(0.0);
+        let rent = guard.rent_of_holding(&at(held), held, reactive).expect("4x2 fits and differs");
+        let mut current = held;
+        let layouts = (0..intervals)
+            .map(|_| {
+                let request = at(current);
+                let mut plan = ThroughputOptimal.optimize(&request).unwrap();
+                assert_eq!(plan.steps[0].config, Some(reactive));
+                guard.hold_after_hand_over(&mut plan, &request);
+                current = plan.steps[0].config.unwrap();
+                current
+            })
+            .collect();
+        (layouts, rent)
+    }
+
+    /// After a hand-over the real job keeps the planner's layout while a
+    /// preemption is likely to force a repartition before reactive's layout
+    /// would earn the move back, and for no more rent than the move costs;
+    /// on a calm fleet, or with the rule off, it moves at once.
+    #[test]
+    fn after_a_hand_over_the_real_job_moves_once_the_move_pays() {
+        let (held, reactive) = (ParallelConfig::new(4, 2), ParallelConfig::new(2, 4));
+        let steady = IntervalStats { instances: 8, arrivals: 0, preemptions: 0 };
+        let churned = IntervalStats { instances: 8, arrivals: 2, preemptions: 2 };
+        // Two instances taken and replaced every other minute for an hour.
+        let churning: Vec<_> = (0..60).map(|k| if k % 2 == 0 { churned } else { steady }).collect();
+        let settings = GuardSettings::default();
+        assert!(settings.lazy_return);
+        let (layouts, rent) = after_hand_over(settings, &churning, 10);
+        // Holding forgoes 30 samples an interval; a burst takes one of its
+        // instances with a chance of 0.4, so one is expected before the rent
+        // adds up to the move.
+        assert!(rent.forgone > 0.0 && rent.forgone <= rent.hit * rent.move_cost, "{rent:?}");
+        let holds = layouts.iter().take_while(|&&l| l == held).count();
+        assert!(holds >= 1, "{layouts:?}");
+        // Never more rent than the move costs: then it moves, and stays moved.
+        assert!(holds as f64 * rent.forgone <= rent.move_cost, "{holds} intervals held, {rent:?}");
+        assert!(layouts[holds..].iter().all(|&l| l == reactive) && holds < layouts.len(), "{layouts:?}");
+        // Ten calm hours: a burst is unlikely before the rent adds up to the
+        // move, so it moves at once.
+        let (calm, calm_rent) = after_hand_over(settings, &vec![steady; 600], 1);
+        assert!(calm_rent.forgone > calm_rent.hit * calm_rent.move_cost, "{calm_rent:?}");
+        assert_eq!(calm, [reactive]);
+        // The rule off: at once, however churning the fleet.
+        let (off, _) = after_hand_over(GuardSettings { lazy_return: false, ..settings }, &churning, 1);
+        assert_eq!(off, [reactive]);
     }
 
     /// Narrow profiles keep the whole front in the at-risk plan; wide ones
@@ -1151,6 +1347,7 @@ mod tests {
             forecast_shadow: false,
             forecast_margin: 0.002,
             forecast_significance: 0.0,
+            lazy_return: false,
         });
         drive(&mut guard, &history);
         guard.shadows[Candidate::Reactive as usize].score = 1.4 * guard.shadows[0].score;
@@ -1185,6 +1382,7 @@ mod tests {
             forecast_shadow: false,
             forecast_margin: 0.002,
             forecast_significance: 0.0,
+            lazy_return: false,
         };
         // The leader after reactive's shadow is put 10% ahead with that
         // variance of the difference behind it; and the planner's score.
@@ -1224,6 +1422,7 @@ mod tests {
             forecast_shadow: false,
             forecast_margin: 0.002,
             forecast_significance: 0.0,
+            lazy_return: false,
         };
         let mut guard = GuardedLiveput::with_settings(settings);
         drive(&mut guard, &history[..5]);

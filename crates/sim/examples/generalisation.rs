@@ -107,6 +107,9 @@ struct Setting {
     /// The fraction of the score by which the other forecast's shadow must
     /// lead before the planner plans on that forecast.
     forecast_margin: f64,
+    /// Whether, after a hand-over, the real job holds the planner's layout
+    /// until the move to reactive's pays (else it moves at once).
+    lazy_return: bool,
 }
 
 impl Setting {
@@ -128,6 +131,7 @@ impl Setting {
             trust: d.settings.trust_when_proven,
             forecast_shadow: d.settings.forecast_shadow,
             forecast_margin: d.settings.forecast_margin,
+            lazy_return: d.settings.lazy_return,
         }
     }
 
@@ -142,6 +146,7 @@ impl Setting {
             trust_when_proven: self.trust,
             forecast_shadow: self.forecast_shadow,
             forecast_margin: self.forecast_margin,
+            lazy_return: self.lazy_return,
             ..GuardSettings::default()
         });
         guarded.planner.optimizer.terminal_intervals = self.terminal * f64::from(HORIZON);
@@ -156,7 +161,7 @@ impl Setting {
     /// The setting as the tables show it.
     fn name(self) -> String {
         format!(
-            "{}x, {}{}{}, {}{}, defer {}{}{}{}, bursts to {}",
+            "{}x, {}{}{}, {}{}, defer {}{}{}{}, bursts to {}{}",
             self.terminal,
             self.margin,
             match (self.real_regret, self.tenure) {
@@ -179,7 +184,8 @@ impl Setting {
                 (true, false) => format!(" (x{} until proven)", self.unproven),
                 _ => String::new(),
             },
-            self.max_burst
+            self.max_burst,
+            if self.lazy_return { "" } else { ", moves at once after a hand-over" }
         )
     }
 }
@@ -208,6 +214,7 @@ const fn setting(
         trust: true,
         forecast_shadow: true,
         forecast_margin: DEFAULT_FORECAST_MARGIN,
+        lazy_return: true,
     }
 }
 
@@ -253,6 +260,12 @@ const fn forecast_margin(setting: Setting, margin: f64) -> Setting {
     Setting { forecast_margin: margin, ..setting }
 }
 
+/// [`setting`] whose real job takes reactive's layout at once after a
+/// hand-over (the default before it held the planner's until the move pays).
+const fn hurried(setting: Setting) -> Setting {
+    Setting { lazy_return: false, ..setting }
+}
+
 /// [`setting`] deferring only where the planner's best plan moves.
 const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
@@ -272,7 +285,9 @@ const DEFAULT_ROW: Setting =
 /// the low end until proven, and at the full low end once proven (the default
 /// before trusting a proven planner), with no ARIMA-fed shadow to switch
 /// the planner's forecast to (the default before it), and switching only on
-/// a 2% lead (the default's margin before); and, each with the
+/// a 2% lead (the default's margin before), and taking reactive's layout at
+/// once after a hand-over (the default before it held the planner's until
+/// the move pays); and, each with the
 /// full low end throughout, deference at the estimate alone and two deviations below; the
 /// guard acting only on leads beyond two standard deviations of the score
 /// difference's noise, with deference at one deviation and at the estimate;
@@ -284,7 +299,7 @@ const DEFAULT_ROW: Setting =
 /// error, the guard without the real job's regret, a one-horizon terminal
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
-const GRID: [Setting; 18] = [
+const GRID: [Setting; 19] = [
     DEFAULT_ROW,
     over_the_run(DEFAULT_ROW),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
@@ -303,6 +318,7 @@ const GRID: [Setting; 18] = [
     untrusting(DEFAULT_ROW),
     one_forecast(DEFAULT_ROW),
     forecast_margin(DEFAULT_ROW, 0.02),
+    hurried(DEFAULT_ROW),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.
