@@ -375,7 +375,7 @@ pub struct GuardedLiveput {
     /// Since a hand-over left the real job in a layout of the planner's: the
     /// samples it has forgone so far by not yet moving to reactive's (`None`
     /// once it runs reactive's layout, or while the planner leads).
-    hand_over_rent: Option<f64>,
+    hand_over_rent: Option<RentPaid>,
 }
 
 /// The planner fed ARIMA's counts, had it been in charge all along, and
@@ -854,7 +854,7 @@ impl GuardedLiveput {
         // planner's own intervals after its switch count against it.
         let switched = self.leader != was;
         if switched {
-            self.hand_over_rent = (self.leader == Candidate::Reactive).then_some(0.0);
+            self.hand_over_rent = (self.leader == Candidate::Reactive).then_some(RentPaid::default());
         }
         if self.settings.tenure_regret && switched {
             self.real_gap = 0.0;
@@ -952,9 +952,10 @@ impl GuardedLiveput {
             return;
         };
         let Some(rent) = self.rent_of_holding(request, held, *reactive) else { return };
-        let paid = paid + rent.forgone;
-        if paid <= rent.move_cost && rent.forgone <= rent.hit * rent.move_cost {
-            self.hand_over_rent = Some(paid);
+        let before = paid.before(self.predicted_interval);
+        if before + rent.forgone <= rent.move_cost && rent.forgone <= rent.hit * rent.move_cost {
+            self.hand_over_rent =
+                Some(RentPaid { earlier: before, last: rent.forgone, interval: self.predicted_interval });
             plan.steps[0] = PlanStep { config: Some(held), expected_samples: rent.held_samples };
         }
     }
@@ -1008,6 +1009,27 @@ impl GuardedLiveput {
             .map(|churn| churn.probability * (1.0 - (0..churn.extra).fold(1.0, |all, _| all * spared)))
             .sum();
         Some(HoldingRent { forgone: settled - held_samples, move_cost: settled - moved, hit, held_samples })
+    }
+}
+
+/// The rent a hold after a hand-over has paid, kept per interval so that a
+/// second decision for the same interval (the host re-planning after a
+/// change of the fleet) replaces that interval's rent instead of adding to it.
+#[derive(Debug, Clone, Copy, Default)]
+struct RentPaid {
+    /// In the intervals held before the last.
+    earlier: f64,
+    /// In the last interval held.
+    last: f64,
+    /// Which interval that was (the predictor's count; `None` without one,
+    /// where every decision is an interval of its own).
+    interval: Option<usize>,
+}
+
+impl RentPaid {
+    /// The rent paid before the interval `interval`.
+    fn before(&self, interval: Option<usize>) -> f64 {
+        if interval.is_some() && interval == self.interval { self.earlier } else { self.earlier + self.last }
     }
 }
 
@@ -1143,12 +1165,14 @@ mod tests {
 
     /// After a hand-over that left the real job in 4x2 where reactive runs
     /// 2x4 (1% faster), with the churn estimated from `history`: the layouts
-    /// the real job runs over `intervals` calm intervals of 8 instances, and
-    /// what holding 4x2 costs against moving.
+    /// the real job runs over `intervals` calm intervals of 8 instances (or,
+    /// with `repeat`, decided that many times for one interval), and what
+    /// holding 4x2 costs against moving.
     fn after_hand_over(
         settings: GuardSettings,
         history: &[IntervalStats],
         intervals: usize,
+        repeat: bool,
     ) -> (Vec<ParallelConfig>, HoldingRent) {
         let steady = IntervalStats { instances: 8, arrivals: 0, preemptions: 0 };
         assert_eq!(history.last(), Some(&steady), "the churn estimate is the history's");
@@ -1160,11 +1184,14 @@ mod tests {
         let mut guard = GuardedLiveput::with_settings(settings);
         guard.predict(&predict_request(history, history.len() - 1)).unwrap();
         guard.leader = Candidate::Reactive;
-        guard.hand_over_rent = Some(0.0);
+        guard.hand_over_rent = Some(RentPaid::default());
         let rent = guard.rent_of_holding(&at(held), held, reactive).expect("4x2 fits and differs");
         let mut current = held;
         let layouts = (0..intervals)
-            .map(|_| {
+            .map(|k| {
+                if k > 0 && !repeat {
+                    guard.predicted_interval = guard.predicted_interval.map(|n| n + 1);
+                }
                 let request = at(current);
                 let mut plan = ThroughputOptimal.optimize(&request).unwrap();
                 assert_eq!(plan.steps[0].config, Some(reactive));
@@ -1189,7 +1216,7 @@ mod tests {
         let churning: Vec<_> = (0..60).map(|k| if k % 2 == 0 { churned } else { steady }).collect();
         let settings = GuardSettings::default();
         assert!(settings.lazy_return);
-        let (layouts, rent) = after_hand_over(settings, &churning, 10);
+        let (layouts, rent) = after_hand_over(settings, &churning, 10, false);
         // Holding forgoes 30 samples an interval; a burst takes one of its
         // instances with a chance of 0.4, so one is expected before the rent
         // adds up to the move.
@@ -1199,13 +1226,16 @@ mod tests {
         // Never more rent than the move costs: then it moves, and stays moved.
         assert!(holds as f64 * rent.forgone <= rent.move_cost, "{holds} intervals held, {rent:?}");
         assert!(layouts[holds..].iter().all(|&l| l == reactive) && holds < layouts.len(), "{layouts:?}");
+        // Deciding one interval again (a re-plan) pays its rent once.
+        let (replanned, _) = after_hand_over(settings, &churning, holds + 2, true);
+        assert!(replanned.iter().all(|&l| l == held), "{replanned:?}");
         // Ten calm hours: a burst is unlikely before the rent adds up to the
         // move, so it moves at once.
-        let (calm, calm_rent) = after_hand_over(settings, &vec![steady; 600], 1);
+        let (calm, calm_rent) = after_hand_over(settings, &vec![steady; 600], 1, false);
         assert!(calm_rent.forgone > calm_rent.hit * calm_rent.move_cost, "{calm_rent:?}");
         assert_eq!(calm, [reactive]);
         // The rule off: at once, however churning the fleet.
-        let (off, _) = after_hand_over(GuardSettings { lazy_return: false, ..settings }, &churning, 1);
+        let (off, _) = after_hand_over(GuardSettings { lazy_return: false, ..settings }, &churning, 1, false);
         assert_eq!(off, [reactive]);
     }
 
