@@ -657,27 +657,15 @@ impl GuardedLiveput {
             }
             self.scored_interval = Some(interval);
         }
-        let before = (observed.instances + observed.preemptions).checked_sub(observed.arrivals).ok_or_else(|| {
+        let before = observed.instances_before().ok_or_else(|| {
             format!(
                 "observed interval {observed:?} has more arrivals than instances after them: not a consistent interval"
             )
         })?;
         let keep = self.settings.keep_per_interval(request.interval_ms);
-        let interval_ms = request.interval_ms as f64;
         let recovery = request.recovery;
-        let score = |profile, from, before: u32, stats: IntervalStats, to, carried_ms| {
-            liveput(
-                profile,
-                &recovery,
-                from,
-                before,
-                stats.preemptions.min(before),
-                stats.arrivals,
-                to,
-                interval_ms,
-                carried_ms,
-            )
-        };
+        let interval_ms = request.interval_ms as f64;
+        let score = |from, to, carried_ms| observed_liveput(request, observed, before, from, to, carried_ms);
         // Each candidate decides from its own layout; both are scored on the
         // interval just observed. Counts the cost model cannot take (a host
         // whose counts disagree with its layouts, e.g. a layout still running
@@ -736,28 +724,12 @@ impl GuardedLiveput {
             .iter()
             .map(|&c| {
                 let shadow = self.shadows[c as usize];
-                score(
-                    &request.profile,
-                    shadow.layout,
-                    before,
-                    observed,
-                    decided[c as usize],
-                    shadow.carried_ms,
-                )
-                .ok()
+                score(shadow.layout, decided[c as usize], shadow.carried_ms).ok()
             })
             .collect();
         let scorable = values.iter().all(Option::is_some);
         if self.proving_kept() {
-            let proving = score(
-                &request.profile,
-                self.proving.layout,
-                before,
-                observed,
-                proving_to,
-                self.proving.carried_ms,
-            )
-            .ok();
+            let proving = score(self.proving.layout, proving_to, self.proving.carried_ms).ok();
             self.proving.layout = proving_to;
             match (proving, values[Candidate::Reactive as usize]) {
                 (Some(proving), Some(reactive)) if scorable => {
@@ -799,8 +771,7 @@ impl GuardedLiveput {
         let arima_value = match arima_decided {
             Some(to) => {
                 let shadow = self.forecasts.shadow;
-                let value =
-                    score(&request.profile, shadow.layout, before, observed, to, shadow.carried_ms).ok();
+                let value = score(shadow.layout, to, shadow.carried_ms).ok();
                 let value = value.filter(|_| scorable);
                 self.forecasts.shadow.advance(to, keep, value);
                 self.forecasts.variance *= keep * keep;
@@ -870,6 +841,32 @@ impl GuardedLiveput {
         });
         Ok(())
     }
+}
+
+/// The cost model's expected liveput of running `from` into `to` over the
+/// interval `request` observed (`observed`, its first record, with `before`
+/// instances before it), `carried_ms` of an earlier migration still to run:
+/// what `bench` would give a policy that did so. The one scoring of the past
+/// every shadow, and a hold after a hand-over, are judged by.
+fn observed_liveput(
+    request: &OptimizeRequest,
+    observed: IntervalStats,
+    before: u32,
+    from: Option<ParallelConfig>,
+    to: Option<ParallelConfig>,
+    carried_ms: f64,
+) -> Result<crate::liveput::LiveputValue, crate::liveput::LiveputError> {
+    liveput(
+        &request.profile,
+        &request.recovery,
+        from,
+        before,
+        observed.preemptions.min(before),
+        observed.arrivals,
+        to,
+        request.interval_ms as f64,
+        carried_ms,
+    )
 }
 
 /// Whether `challenger`'s score beats `leader`'s by `margin` of it and by
@@ -974,27 +971,27 @@ impl GuardedLiveput {
         if held == reactive || held.instances() > u64::from(request.instances_now) {
             return None;
         }
-        let before = (observed.instances + observed.preemptions).checked_sub(observed.arrivals)?;
-        let interval_ms = request.interval_ms as f64;
-        let run = |from, before, preempted, arrived, to| {
-            liveput(
-                &request.profile,
-                &request.recovery,
-                Some(from),
-                before,
-                preempted,
-                arrived,
-                Some(to),
-                interval_ms,
-                0.0,
-            )
-            .ok()
-            .map(|v| v.expected_samples)
+        let before = observed.instances_before()?;
+        let run = |from, to| {
+            observed_liveput(request, observed, before, Some(from), Some(to), 0.0)
+                .ok()
+                .map(|v| v.expected_samples)
         };
-        let preempted = observed.preemptions.min(before);
-        let held_samples = run(held, before, preempted, observed.arrivals, held)?;
-        let moved = run(held, before, preempted, observed.arrivals, reactive)?;
-        let settled = run(reactive, request.instances_now, 0, 0, reactive)?;
+        let (held_samples, moved) = (run(held, held)?, run(held, reactive)?);
+        // Reactive's layout settled: a calm interval in it.
+        let settled = liveput(
+            &request.profile,
+            &request.recovery,
+            Some(reactive),
+            request.instances_now,
+            0,
+            0,
+            Some(reactive),
+            request.interval_ms as f64,
+            0.0,
+        )
+        .ok()?
+        .expected_samples;
         // The chance the next interval's preemptions take one of `held`'s
         // instances (each burst's victims drawn from the whole fleet): then
         // the job repartitions anyway, and the move costs little more. Each

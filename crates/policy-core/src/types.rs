@@ -31,6 +31,13 @@ impl IntervalStats {
             })
             .collect()
     }
+
+    /// Instances alive before the interval: those after it, plus those it
+    /// took, less those that joined; `None` when more joined than are alive
+    /// after it (not a consistent interval).
+    pub fn instances_before(&self) -> Option<u32> {
+        (self.instances + self.preemptions).checked_sub(self.arrivals)
+    }
 }
 
 /// A parallel layout: `data_parallel` replicas of a `pipeline_stages`-deep pipeline.
