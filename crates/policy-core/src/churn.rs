@@ -135,7 +135,7 @@ impl ChurnEstimator {
     /// estimate, not at this rate, wins on the estimate's noise. `sigmas <= 0`
     /// (or not finite): the estimate itself, twice. One pass over the history.
     pub fn estimate_with_lower(&self, history: &[IntervalStats], sigmas: f64) -> (Vec<Churn>, Vec<Churn>) {
-        let (churn, bursts) = self.estimate_counted(history);
+        let (churn, bursts, _) = self.estimate_counted(history);
         if !(sigmas.is_finite() && sigmas > 0.0) {
             return (churn.clone(), churn);
         }
@@ -149,8 +149,21 @@ impl ChurnEstimator {
         (churn, low)
     }
 
-    /// The estimate and the (weighted) count of bursts it rests on.
-    fn estimate_counted(&self, history: &[IntervalStats]) -> (Vec<Churn>, f64) {
+    /// The share of the bursts [`Self::estimate`] rests on that `history`
+    /// showed, the rest being the prior's pseudo-bursts (weighted alike): 0
+    /// with no burst seen, towards 1 as the history outweighs the prior. The
+    /// prior is a caution for a run that has seen nothing, so what a plan
+    /// may gain from bursts is credited at this share
+    /// ([`crate::plan::PlanOptions::recourse`]); what they cost is priced in
+    /// full.
+    pub fn seen_share(&self, history: &[IntervalStats]) -> f64 {
+        let (_, bursts, seen) = self.estimate_counted(history);
+        if bursts > 0.0 { seen / bursts } else { 0.0 }
+    }
+
+    /// The estimate, the (weighted) count of bursts it rests on, and how many
+    /// of those the history showed (the rest are the prior's).
+    fn estimate_counted(&self, history: &[IntervalStats]) -> (Vec<Churn>, f64, f64) {
         let cap = self.max_extra.max(1) as usize;
         // weights[k - 1]: weight of the intervals that took k (capped).
         let mut weights = vec![0.0f64; cap];
@@ -169,7 +182,8 @@ impl ChurnEstimator {
             }
         }
         debug_assert!(n == 0 || total > 0.0);
-        let mut bursts: f64 = weights.iter().sum();
+        let seen: f64 = weights.iter().sum();
+        let mut bursts = seen;
         let prior = if self.prior_intervals.is_finite() { self.prior_intervals.max(0.0) } else { 0.0 };
         let rate = if self.prior_rate.is_finite() { self.prior_rate.clamp(0.0, 1.0) } else { 0.0 };
         if prior > 0.0 && rate > 0.0 && self.prior_extra > 0 {
@@ -178,7 +192,7 @@ impl ChurnEstimator {
         }
         total += prior;
         if total <= 0.0 {
-            return (Vec::new(), 0.0);
+            return (Vec::new(), 0.0, 0.0);
         }
         let churn = weights
             .iter()
@@ -186,7 +200,7 @@ impl ChurnEstimator {
             .filter(|&(_, &w)| w > 0.0)
             .map(|(k, &w)| Churn { extra: k as u32 + 1, probability: w / total })
             .collect();
-        (churn, bursts)
+        (churn, bursts, seen)
     }
 }
 

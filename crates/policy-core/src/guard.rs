@@ -87,7 +87,11 @@
 //! layout that needs nearly every instance and pays a migration at each loss
 //! (a spare joining, about 32 s for GPT-1.5B) where a layout with room to
 //! spare would repartition onto the survivors in 5; ARIMA, extrapolating each
-//! loss, keeps that room. Count error does not tell the two apart
+//! loss, keeps that room. (Since the planner credits the shed the job makes
+//! at a burst, [`crate::plan::PlanOptions::recourse`], persistence's planner
+//! keeps that room itself on the fleet that showed this, 32 places of 1-3 h;
+//! the second shadow stays for fleets where ARIMA's counts still earn
+//! clearly more, such as 16 places of 0.5-1.5 h for GPT-6.7B.) Count error does not tell the two apart
 //! (persistence is the closer forecast there too, and
 //! [`ForecastChoice::ByRecentError`] chose it): what each forecast's
 //! decisions earn does. So the guard keeps a second planner shadow fed

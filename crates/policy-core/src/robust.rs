@@ -77,8 +77,15 @@ pub struct RobustLiveput {
     /// [`crate::guard::GuardSettings::trust_when_proven`]). No effect at the
     /// estimate alone (`defer_sigmas` 0).
     pub low_end_scale: Option<f64>,
-    /// The last estimate (central and low) and the interval it was made at.
-    last: Option<(IntervalStats, Vec<Churn>, Option<Vec<Churn>>)>,
+    /// Credit each plan with the shed the job would make at a burst rather
+    /// than price every burst as a refill ([`crate::plan::PlanOptions::recourse`]),
+    /// at the share of the churn estimate the history showed
+    /// ([`ChurnEstimator::seen_share`]). On by default; the README (*The
+    /// default policy*, mechanism 10) has what it was measured to do.
+    pub recourse: bool,
+    /// The last estimate (central and low), the share of it the history
+    /// showed, and the interval it was made at.
+    last: Option<(IntervalStats, Estimate)>,
     /// The planning work one host call may do, in the optimizer's work count
     /// ([`crate::plan::CacheStats::work`]), before the rest of the call plans
     /// with bursts pooled ([`POOLED_BURSTS`]); past [`POOLED_WORK_SHARE`]
@@ -195,6 +202,7 @@ impl Default for RobustLiveput {
             },
             defer_sigmas: 0.0,
             low_end_scale: Some(1.0),
+            recourse: true,
             last: None,
             work_allowance: None,
             work: WorkBound::default(),
@@ -241,39 +249,52 @@ impl RobustLiveput {
 
     /// The churn the next [`Optimizer::optimize`] of `request` will hedge with.
     pub fn churn_for(&self, request: &OptimizeRequest) -> Vec<Churn> {
-        self.churns_for(request).0
+        self.estimate_for(request).churn
     }
 
-    /// The churn at the estimate and at its low end ([`Self::defer_sigmas`];
-    /// `None` when that is 0) for the next optimize of `request`.
-    fn churns_for(&self, request: &OptimizeRequest) -> (Vec<Churn>, Option<Vec<Churn>>) {
+    /// The estimate the next optimize of `request` will plan with: the one
+    /// made from the history that ends in its first interval, else from none.
+    fn estimate_for(&self, request: &OptimizeRequest) -> Estimate {
         match (&self.last, request.forecast.first()) {
-            (Some((seen, churn, low)), Some(first)) if seen == first => (churn.clone(), low.clone()),
+            (Some((seen, estimate)), Some(first)) if seen == first => estimate.clone(),
             _ => self.estimates(&[], request.interval_ms),
         }
     }
 
-    /// The estimate and its low end (`None` when [`Self::defer_sigmas`] is
-    /// 0), from one pass over `history` of intervals of `interval_ms`
-    /// ([`ChurnEstimator::for_interval`]).
-    fn estimates(&self, history: &[IntervalStats], interval_ms: u64) -> (Vec<Churn>, Option<Vec<Churn>>) {
+    /// The estimate, its low end (`None` when [`Self::defer_sigmas`] is 0)
+    /// and the share of it `history` showed, from `history` of intervals of
+    /// `interval_ms` ([`ChurnEstimator::for_interval`]).
+    fn estimates(&self, history: &[IntervalStats], interval_ms: u64) -> Estimate {
         let estimator = self.estimator.for_interval(interval_ms);
-        if self.defer_sigmas > 0.0 {
+        let (churn, low) = if self.defer_sigmas > 0.0 {
             let (churn, low) = estimator.estimate_with_lower(history, self.defer_sigmas);
             (churn, Some(low))
         } else {
             (estimator.estimate(history), None)
-        }
+        };
+        let seen_share = if self.recourse { estimator.seen_share(history) } else { 0.0 };
+        Estimate { churn, low, seen_share }
     }
+}
+
+/// What [`RobustLiveput`] plans with, estimated once per interval.
+#[derive(Debug, Clone, PartialEq)]
+struct Estimate {
+    /// The churn at the estimate.
+    churn: Vec<Churn>,
+    /// At its low end ([`RobustLiveput::defer_sigmas`]; `None` when 0).
+    low: Option<Vec<Churn>>,
+    /// The share of the estimate the history showed
+    /// ([`ChurnEstimator::seen_share`]; 0 with [`RobustLiveput::recourse`]
+    /// off).
+    seen_share: f64,
 }
 
 impl Predictor for RobustLiveput {
     fn predict(&mut self, request: &PredictRequest) -> Result<Vec<IntervalStats>, String> {
         let forecast = self.forecast.predict(request)?;
-        self.last = request.history.last().map(|&seen| {
-            let (churn, low) = self.estimates(&request.history, request.interval_ms);
-            (seen, churn, low)
-        });
+        self.last =
+            request.history.last().map(|&seen| (seen, self.estimates(&request.history, request.interval_ms)));
         Ok(forecast)
     }
 }
@@ -349,7 +370,9 @@ impl RobustLiveput {
 
     /// The hedged plan of `request`, its bursts pooled as [`Self::pooling`] says.
     fn plan(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
-        (self.optimizer.churn, self.optimizer.churn_low) = self.churns_for(request);
+        let Estimate { churn, low, seen_share } = self.estimate_for(request);
+        (self.optimizer.churn, self.optimizer.churn_low) = (churn, low);
+        self.optimizer.options.recourse = seen_share;
         if let Some(&most) = self.pooling().checked_sub(1).and_then(|step| POOLED_BURSTS.get(step)) {
             self.optimizer.churn = pooled(&self.optimizer.churn, most);
             self.optimizer.churn_low = self.optimizer.churn_low.as_deref().map(|low| pooled(low, most));

@@ -178,10 +178,12 @@ fn whole_trace(c: &mut Criterion) {
     // the ARIMA-fed shadow costs (another plan wherever ARIMA's forecast
     // differs from persistence's or the two shadows' layouts do), and what
     // holding it to its work allowance costs (the work is counted either
-    // way; on this trace no call passes the allowance).
+    // way; on this trace no call passes the allowance), and what crediting
+    // the shed at a burst costs (a backward pass over the horizon and the
+    // sheds' prices).
     type Adjust = fn(&mut GuardedLiveput);
     let unannounced = Recovery::UNANNOUNCED;
-    let variants: [(&str, Recovery, Adjust); 12] = [
+    let variants: [(&str, Recovery, Adjust); 13] = [
         ("default-policy", aws, |_| {}),
         ("default-policy/no-deference", aws, |p| p.planner.optimizer.defer_margin = 0.0),
         ("default-policy/at-the-estimate", aws, |p| p.planner.defer_sigmas = 0.0),
@@ -190,6 +192,7 @@ fn whole_trace(c: &mut Criterion) {
         ("default-policy/no-work-at-risk", aws, |p| p.settings.plan_at_risk = false),
         ("default-policy/one-forecast", aws, |p| p.settings.forecast_shadow = false),
         ("default-policy/no-work-allowance", aws, |p| p.planner.work_allowance = None),
+        ("default-policy/no-recourse", aws, |p| p.planner.recourse = false),
         // Unannounced, where the real job plans from its work at risk while it
         // is below the ceiling (a cold start): the default, with every
         // layout's front kept whole in that plan, and without the plan.

@@ -110,6 +110,9 @@ struct Setting {
     /// Whether, after a hand-over, the real job holds the planner's layout
     /// until the move to reactive's pays (else it moves at once).
     lazy_return: bool,
+    /// Whether the planner prices a burst as the job meets it, shedding
+    /// where that beats refilling (else as a refill of the planned layout).
+    recourse: bool,
 }
 
 impl Setting {
@@ -132,6 +135,7 @@ impl Setting {
             forecast_shadow: d.settings.forecast_shadow,
             forecast_margin: d.settings.forecast_margin,
             lazy_return: d.settings.lazy_return,
+            recourse: d.planner.recourse,
         }
     }
 
@@ -155,13 +159,14 @@ impl Setting {
         guarded.planner.estimator.max_extra = self.max_burst;
         guarded.planner.optimizer.defer_only_moves = self.only_moves;
         guarded.planner.defer_sigmas = self.sigmas;
+        guarded.planner.recourse = self.recourse;
         guarded
     }
 
     /// The setting as the tables show it.
     fn name(self) -> String {
         format!(
-            "{}x, {}{}{}, {}{}, defer {}{}{}{}, bursts to {}{}",
+            "{}x, {}{}{}, {}{}, defer {}{}{}{}, bursts to {}{}{}",
             self.terminal,
             self.margin,
             match (self.real_regret, self.tenure) {
@@ -185,7 +190,8 @@ impl Setting {
                 _ => String::new(),
             },
             self.max_burst,
-            if self.lazy_return { "" } else { ", moves at once after a hand-over" }
+            if self.lazy_return { "" } else { ", moves at once after a hand-over" },
+            if self.recourse { "" } else { ", bursts priced as refills" }
         )
     }
 }
@@ -215,6 +221,7 @@ const fn setting(
         forecast_shadow: true,
         forecast_margin: DEFAULT_FORECAST_MARGIN,
         lazy_return: true,
+        recourse: true,
     }
 }
 
@@ -266,6 +273,12 @@ const fn hurried(setting: Setting) -> Setting {
     Setting { lazy_return: false, ..setting }
 }
 
+/// [`setting`] whose planner prices every burst as a refill of the planned
+/// layout (the default before it priced the shed the job would make).
+const fn refilling(setting: Setting) -> Setting {
+    Setting { recourse: false, ..setting }
+}
+
 /// [`setting`] deferring only where the planner's best plan moves.
 const fn of_moves(setting: Setting) -> Setting {
     Setting { only_moves: true, ..setting }
@@ -287,7 +300,8 @@ const DEFAULT_ROW: Setting =
 /// the planner's forecast to (the default before it), and switching only on
 /// a 2% lead (the default's margin before), and taking reactive's layout at
 /// once after a hand-over (the default before it held the planner's until
-/// the move pays); and, each with the
+/// the move pays), and pricing every burst as a refill of the planned layout
+/// (the default before it priced the shed the job would make); and, each with the
 /// full low end throughout, deference at the estimate alone and two deviations below; the
 /// guard acting only on leads beyond two standard deviations of the score
 /// difference's noise, with deference at one deviation and at the estimate;
@@ -299,7 +313,7 @@ const DEFAULT_ROW: Setting =
 /// error, the guard without the real job's regret, a one-horizon terminal
 /// value, half-lives of 120 and 360 intervals for the churn estimate, the
 /// estimate following the fleet, no deference with bursts pooled above 3.)
-const GRID: [Setting; 19] = [
+const GRID: [Setting; 20] = [
     DEFAULT_ROW,
     over_the_run(DEFAULT_ROW),
     setting(6.0, 0.002, ForecastChoice::Persistence, 0.0005, 6),
@@ -319,6 +333,7 @@ const GRID: [Setting; 19] = [
     one_forecast(DEFAULT_ROW),
     forecast_margin(DEFAULT_ROW, 0.02),
     hurried(DEFAULT_ROW),
+    refilling(DEFAULT_ROW),
 ];
 
 /// One (trace, model, notice) case: the references and the policy per setting.

@@ -1,7 +1,8 @@
 //! The default policy, guarded liveput, as a guest component decides exactly
 //! as the same code called natively (its shadows, its leader, its plans bit
 //! for bit) on the real profile, under AWS's notice and unannounced, within
-//! half the default fuel budget (a cold start on BERT's 62 layouts too; a mixed
+//! two thirds of the default fuel budget and its work allowance (a cold start
+//! on BERT's 62 layouts too; a mixed
 //! fleet, whose profile changes with its composition, within the budget), it
 //! hands over to the reactive candidate on a fleet where the forecast planner
 //! falls behind, and it plans on ARIMA's counts where those earn clearly more.
@@ -147,8 +148,13 @@ fn guest_matches_native_within_the_fuel_budget() {
         ("gpt-6.7b", Recovery::UNANNOUNCED, "unannounced", &p3[..240]),
         ("bert", Recovery::UNANNOUNCED, "unannounced, diurnal cold start", &diurnal[..30]),
     ] {
-        let fuel = run_guest_against_native(model, intervals, recovery).max_fuel;
-        assert!(fuel < budget / 2, "{model} {name}: the heaviest call used {fuel} of {budget} fuel");
+        // The planner's work allowance (`RobustLiveput::work_allowance`) is
+        // about two thirds of the fuel; on the paper's own trace no call may
+        // need it.
+        let agreed = run_guest_against_native(model, intervals, recovery);
+        let fuel = agreed.max_fuel;
+        assert!(fuel < budget / 3 * 2, "{model} {name}: the heaviest call used {fuel} of {budget} fuel");
+        assert_eq!(agreed.pooled, 0, "{model} {name}: a call passed the work allowance");
         used.push(format!("{model} {name}: {:.1}%", 100.0 * fuel as f64 / budget as f64));
     }
     println!("heaviest call, share of the fuel budget: {}", used.join(", "));
@@ -270,19 +276,23 @@ fn the_guard_hands_over_in_the_guest_too() {
     assert!(reactive_led > 0, "the reactive candidate never led on the g4dn trace");
 }
 
-/// Where instances live 1-3 h and are replaced 5 minutes after they go, the
-/// planner fed ARIMA's counts earns clearly more than the one fed
-/// persistence's, and from interval 261 the planner plans on ARIMA's counts
-/// (`guard`, *Which forecast*): in the guest exactly as natively, with the
-/// forecast the host is given switching too, within half the fuel budget.
+/// Where instances live 0.5-1.5 h and are replaced 2 minutes after they go
+/// (16 places, GPT-6.7B, AWS's notice), the planner fed ARIMA's counts earns
+/// clearly more than the one fed persistence's, and from interval 166 the
+/// planner plans on ARIMA's counts (`guard`, *Which forecast*): in the guest
+/// exactly as natively, with the forecast the host is given switching too,
+/// within two thirds of the fuel budget. (On 32 places of 1-3 h, GPT-1.5B, where it
+/// switched at interval 261, persistence's planner keeps room to shed since
+/// it credits the shed at a burst, `PlanOptions::recourse`, and no longer
+/// trails.)
 #[test]
 fn the_planner_switches_forecasts_in_the_guest_too() {
-    let all = lifetimes("32:1-3:5", 12.0, 1);
+    let all = lifetimes("16:0.5-1.5:2", 12.0, 3);
     let aws = constants().recovery(120_000.0).unwrap();
-    let agreed = run_guest_against_native("gpt-1.5b", &all[..290], aws);
+    let agreed = run_guest_against_native("gpt-6.7b", &all[..190], aws);
     assert!(agreed.arima_led > 0, "the planner never planned on ARIMA's counts");
     let budget = SandboxLimits::default().fuel_per_call;
-    assert!(agreed.max_fuel < budget / 2, "the heaviest call used {} of {budget} fuel", agreed.max_fuel);
+    assert!(agreed.max_fuel < budget / 3 * 2, "the heaviest call used {} of {budget} fuel", agreed.max_fuel);
     println!(
         "bounded lifetimes, heaviest call: {:.1}% of the fuel budget",
         100.0 * agreed.max_fuel as f64 / budget as f64

@@ -1290,6 +1290,7 @@ fn hedged_matches_brute_force_over_the_scenarios() {
     println!("{differ} of 150 plans changed by hedging");
 }
 
+/// Also with [`PlanOptions::recourse`]: without a burst nothing is credited.
 #[test]
 fn hedged_without_risk_is_bit_identical() {
     let mut rng = SplitMix64(78);
@@ -1305,11 +1306,22 @@ fn hedged_without_risk_is_bit_identical() {
         let zero: Vec<Vec<Churn>> = vec![vec![Churn { extra: 3, probability: 0.0 }]; steps.len()];
         let nothing: Vec<Vec<Churn>> = vec![vec![Churn { extra: 0, probability: 1.0 }]; steps.len()];
         for churn in [&none[..], &[][..], &zero[..], &nothing[..]] {
-            let mut fresh = TransitionCache::default();
-            let hedged =
-                best_plan_hedged(&profile, current, carried, &steps, churn, interval_ms, options, &mut fresh)
-                    .unwrap();
-            assert_eq!(hedged, plain, "case {case}: {churn:?}");
+            for recourse in [0.0, 1.0] {
+                let options = PlanOptions { recourse, ..options };
+                let mut fresh = TransitionCache::default();
+                let hedged = best_plan_hedged(
+                    &profile,
+                    current,
+                    carried,
+                    &steps,
+                    churn,
+                    interval_ms,
+                    options,
+                    &mut fresh,
+                )
+                .unwrap();
+                assert_eq!(hedged, plain, "case {case}, recourse {recourse}: {churn:?}");
+            }
         }
     }
 }
@@ -1631,4 +1643,70 @@ fn a_forced_first_layout_is_the_best_plan_that_starts_there() {
     let options = PlanOptions { first: Some(missing), ..PlanOptions::default() };
     let e = best_plan_scored(&profile, current, carried, &steps, &[], interval_ms, options, &mut cache);
     assert!(matches!(e, Err(LiveputError::UnknownConfig { config }) if config == missing), "{e:?}");
+}
+
+/// With recourse, a plan that stays in a layout is credited at each burst the
+/// best shed's gain over refilling it: one interval from no carried
+/// migration, plus what the layout shed into earns after with no burst,
+/// weighted by the chance that no burst came before (a stay sheds once).
+/// Checked against every plan of three intervals, priced by hand from
+/// `liveput()`.
+#[test]
+fn recourse_credits_the_best_shed_at_the_first_burst() {
+    // No lost work (checkpoint interval 0): one interval's samples are then
+    // the speed times the interval less the expected migration time.
+    let profile = toy_profile(&[(2, 2, 50.0), (2, 3, 78.0), (2, 4, 80.0)], 0.0);
+    let layouts = [cfg(2, 2), cfg(2, 3), cfg(2, 4)];
+    let interval_ms = 60_000;
+    let (calm, burst, p) = (step(9, 0, 0), step(9, 1, 1), 0.25);
+    let steps = [calm, calm, calm];
+    let churn =
+        vec![vec![], vec![Churn { extra: 1, probability: p }], vec![Churn { extra: 1, probability: p }]];
+    let one = |from: Option<ParallelConfig>, s: Step, to: Option<ParallelConfig>| {
+        let (samples, leftover) = value_of(&profile, from, &s, to, interval_ms, 0.0);
+        assert_eq!(leftover, 0.0, "every migration of the toy fits an interval");
+        samples
+    };
+    let mixed = |from, to| (1.0 - p) * one(from, calm, to) + p * one(from, burst, to);
+    // What a layout earns from the last interval's start with no burst, and
+    // after the horizon (no terminal value).
+    let after_second = |r| layouts.iter().map(|&r2| one(r, calm, r2)).fold(f64::NEG_INFINITY, f64::max);
+    let after_third = |_| 0.0;
+    let gain = |f: Option<ParallelConfig>, after: &dyn Fn(Option<ParallelConfig>) -> f64| {
+        let refill = one(f, burst, f) + after(f);
+        let (f_d, f_p) = (f.unwrap().data_parallel, f.unwrap().pipeline_stages);
+        let sheds = layouts.iter().filter(|r| {
+            let (d, p) = (r.unwrap().data_parallel, r.unwrap().pipeline_stages);
+            (p == f_p && d < f_d) || (d == f_d && p < f_p)
+        });
+        sheds.map(|&r| one(f, burst, r) + after(r)).fold(refill, f64::max) - refill
+    };
+    assert!(gain(cfg(2, 4), &after_second) > 0.0, "the toy's largest layout gains from shedding");
+    let current = cfg(2, 4);
+    let mut best = (f64::NEG_INFINITY, [None; 3]);
+    for &t0 in &layouts {
+        for &t1 in &layouts {
+            for &t2 in &layouts {
+                let mut value = one(current, calm, t0) + mixed(t0, t1) + mixed(t1, t2);
+                if t1 == t0 {
+                    value += p * gain(t0, &after_second);
+                }
+                if t2 == t1 {
+                    value += (1.0 - p) * p * gain(t1, &after_third);
+                }
+                if value > best.0 {
+                    best = (value, [t0, t1, t2]);
+                }
+            }
+        }
+    }
+    let plan = |recourse| {
+        let options = PlanOptions { recourse, ..PlanOptions::default() };
+        let mut cache = TransitionCache::default();
+        best_plan_scored(&profile, current, 0.0, &steps, &churn, interval_ms, options, &mut cache).unwrap()
+    };
+    let (with, without) = (plan(1.0), plan(0.0));
+    assert!((with.objective - best.0).abs() <= 1e-9 * best.0.abs(), "{} vs {}", with.objective, best.0);
+    assert_eq!(with.steps.iter().map(|s| s.config).collect::<Vec<_>>(), best.1);
+    assert!(with.objective > without.objective);
 }
