@@ -255,6 +255,7 @@ impl TransitionCache {
                     self.store.clear();
                     self.store.stats.clears += 1;
                 }
+                self.work.forget_recourse();
                 let mut basis = CostBasis {
                     recovery: *recovery,
                     fixed: FixedCosts::of(profile),

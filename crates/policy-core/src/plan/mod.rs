@@ -171,6 +171,8 @@
 //! [`crate::robust::RobustLiveput::recourse`]), the program credits each
 //! stay, per burst scenario, with the best shed's gain over the refill:
 //!
+//! - a plan over varying speeds (a mixed fleet) or a pruned profile is not
+//!   credited;
 //! - only the eight layouts most promising at each interval are credited
 //!   (what one interval in each and what it earns after with no burst can
 //!   add up to): crediting every layout doubled the default's time over the

@@ -69,6 +69,15 @@ pub(super) struct Work {
     recourse_key: Vec<u64>,
 }
 
+impl Work {
+    /// Forget the memoised recourse ([`Work::recourse_key`]): the store's
+    /// distributions were priced on another cost basis.
+    pub(super) fn forget_recourse(&mut self) {
+        self.recourse.clear();
+        self.recourse_key.clear();
+    }
+}
+
 /// Where one front lies in the arena, and the most value any of its pairs
 /// holds: read once per predecessor and state by the skip test, so kept
 /// rather than rescanned (under the work-at-risk rule the most valuable pair
@@ -620,7 +629,12 @@ impl<'a> Program<'a> {
             .zip(horizon.steps)
             .any(|(mix, step)| mix.iter().any(|(_, s)| s.preempted > step.preempted));
         let share = self.recourse_share();
-        if share <= 0.0 || !bursts || len == 0 {
+        // A mixed fleet's speeds vary with its composition and a pruned
+        // profile plans over a subset of its layouts: neither is credited
+        // (the widest profiles and the mixed fleet's plans are the guest's
+        // heaviest calls already).
+        let plain = horizon.speeds.is_none() && self.allowed.is_none();
+        if share <= 0.0 || !bursts || len == 0 || !plain {
             work.recourse.clear();
             work.recourse_key.clear();
             return Ok(());
@@ -700,12 +714,9 @@ impl<'a> Program<'a> {
 
     /// Everything [`Program::prepare_recourse`] reads, as bits: two programs
     /// with the same key price the same recourse (the layouts, their speeds
-    /// and the recovery stand for the store's distributions; a varying speed
-    /// or a pruned profile is never memoised: an empty key matches nothing).
+    /// and the recovery stand for the store's distributions, which a new
+    /// cost basis also makes it forget: [`Work::forget_recourse`]).
     fn recourse_key(&self, horizon: &Horizon<'_>, share: f64) -> Vec<u64> {
-        if horizon.speeds.is_some() || self.allowed.is_some() {
-            return Vec::new();
-        }
         let r = &self.ctx.recovery;
         let mut key = vec![
             share.to_bits(),
