@@ -135,9 +135,24 @@ impl ChurnEstimator {
     /// estimate, not at this rate, wins on the estimate's noise. `sigmas <= 0`
     /// (or not finite): the estimate itself, twice. One pass over the history.
     pub fn estimate_with_lower(&self, history: &[IntervalStats], sigmas: f64) -> (Vec<Churn>, Vec<Churn>) {
-        let (churn, bursts, _) = self.estimate_counted(history);
+        let (churn, low, _) = self.estimate_seen(history, sigmas);
+        let low = low.unwrap_or_else(|| churn.clone());
+        (churn, low)
+    }
+
+    /// [`Self::estimate`], its low end as [`Self::estimate_with_lower`]
+    /// (`None` when `sigmas <= 0` or not finite) and [`Self::seen_share`],
+    /// from one pass over the history: a planner that needs all three each
+    /// interval reads the history once.
+    pub fn estimate_seen(
+        &self,
+        history: &[IntervalStats],
+        sigmas: f64,
+    ) -> (Vec<Churn>, Option<Vec<Churn>>, f64) {
+        let (churn, bursts, seen) = self.estimate_counted(history);
+        let share = if bursts > 0.0 { seen / bursts } else { 0.0 };
         if !(sigmas.is_finite() && sigmas > 0.0) {
-            return (churn.clone(), churn);
+            return (churn, None, share);
         }
         let root = bursts.sqrt();
         let factor = if root > sigmas { (root - sigmas).powi(2) / bursts } else { 0.0 };
@@ -146,7 +161,7 @@ impl ChurnEstimator {
             .map(|c| Churn { probability: c.probability * factor, ..*c })
             .filter(|c| c.probability > 0.0)
             .collect();
-        (churn, low)
+        (churn, Some(low), share)
     }
 
     /// The share of the bursts [`Self::estimate`] rests on that `history`
@@ -157,8 +172,7 @@ impl ChurnEstimator {
     /// ([`crate::plan::PlanOptions::recourse`]); what they cost is priced in
     /// full.
     pub fn seen_share(&self, history: &[IntervalStats]) -> f64 {
-        let (_, bursts, seen) = self.estimate_counted(history);
-        if bursts > 0.0 { seen / bursts } else { 0.0 }
+        self.estimate_seen(history, 0.0).2
     }
 
     /// The estimate, the (weighted) count of bursts it rests on, and how many

@@ -266,13 +266,8 @@ impl RobustLiveput {
     /// `interval_ms` ([`ChurnEstimator::for_interval`]).
     fn estimates(&self, history: &[IntervalStats], interval_ms: u64) -> Estimate {
         let estimator = self.estimator.for_interval(interval_ms);
-        let (churn, low) = if self.defer_sigmas > 0.0 {
-            let (churn, low) = estimator.estimate_with_lower(history, self.defer_sigmas);
-            (churn, Some(low))
-        } else {
-            (estimator.estimate(history), None)
-        };
-        let seen_share = if self.recourse { estimator.seen_share(history) } else { 0.0 };
+        let (churn, low, share) = estimator.estimate_seen(history, self.defer_sigmas);
+        let seen_share = if self.recourse { share } else { 0.0 };
         Estimate { churn, low, seen_share }
     }
 }

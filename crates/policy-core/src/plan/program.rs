@@ -623,18 +623,15 @@ impl<'a> Program<'a> {
         work: &mut Work,
     ) -> Result<(), LiveputError> {
         let len = horizon.mixtures.len();
-        let bursts = horizon
-            .mixtures
-            .iter()
-            .zip(horizon.steps)
-            .any(|(mix, step)| mix.iter().any(|(_, s)| s.preempted > step.preempted));
+        let any_burst =
+            horizon.mixtures.iter().zip(horizon.steps).any(|(mix, step)| bursts(mix, step).next().is_some());
         let share = self.recourse_share();
         // A mixed fleet's speeds vary with its composition and a pruned
         // profile plans over a subset of its layouts: neither is credited
         // (the widest profiles and the mixed fleet's plans are the guest's
         // heaviest calls already).
         let plain = horizon.speeds.is_none() && self.allowed.is_none();
-        if share <= 0.0 || !bursts || len == 0 || !plain {
+        if share <= 0.0 || !any_burst || len == 0 || !plain {
             work.recourse.clear();
             work.recourse_key.clear();
             return Ok(());
@@ -676,8 +673,7 @@ impl<'a> Program<'a> {
         let mut gains = vec![0.0; len * n];
         let mut none_yet = 1.0f64;
         for (i, (mix, step)) in horizon.mixtures.iter().zip(horizon.steps).enumerate() {
-            let burst_chance: f64 =
-                mix.iter().filter(|(_, s)| s.preempted > step.preempted).map(|(p, _)| p).sum();
+            let burst_chance: f64 = bursts(mix, step).map(|(p, _)| p).sum();
             if burst_chance > 0.0 {
                 let before = if i == 0 { u64::from(step.instances_before) } else { horizon.afters[i - 1] };
                 let after = horizon.afters[i];
@@ -688,7 +684,7 @@ impl<'a> Program<'a> {
                 let credited: Vec<usize> = order.iter().map(|&(_, f)| f).take(RECOURSE_LAYOUTS).collect();
                 for f in credited.into_iter().filter(|&f| layouts[f].instances <= before) {
                     let mut gain = 0.0f64;
-                    for &(probability, s) in mix.iter().filter(|(_, s)| s.preempted > step.preempted) {
+                    for &(probability, s) in bursts(mix, step) {
                         let table = store.table(table_key(s));
                         let refill = self.one_interval(i, store, table, s, f, f)? + next[f];
                         let mut best = refill;
@@ -893,6 +889,13 @@ impl<'a> Program<'a> {
 /// fleets decide exactly as with every layout credited, and six of 920
 /// random fleets differ.
 const RECOURSE_LAYOUTS: usize = 8;
+
+/// The scenarios of `mix` that are bursts of the churn: more preemptions
+/// than the interval's `step` as forecast.
+fn bursts<'m>(mix: &'m Mixture, step: &Step) -> impl Iterator<Item = &'m (f64, Step)> {
+    let forecast = step.preempted;
+    mix.iter().filter(move |(_, s)| s.preempted > forecast)
+}
 
 /// Whether `to` sheds part of `from`: fewer replicas of the same stages, or
 /// the same replicas of fewer stages. The recourse at a burst is priced over
