@@ -421,6 +421,7 @@ enum PairTable {
 }
 
 impl PairTable {
+    #[inline]
     fn get(&self, slot: usize) -> u32 {
         match self {
             PairTable::Dense(v) => v[slot],
@@ -623,6 +624,7 @@ impl DistributionStore {
 
     /// The outcomes of `from -> to` in `step` (`from` = `None` for a cold
     /// start; `to` = `S` for a pause), computed on a miss.
+    #[inline]
     pub(super) fn entry(
         &mut self,
         table: usize,
@@ -637,6 +639,21 @@ impl DistributionStore {
             self.stats.hits += 1;
             return Ok(self.heads[head as usize]);
         }
+        self.compute_entry(table, slot, ctx, step, from, to)
+    }
+
+    /// [`DistributionStore::entry`] on a miss: kept out of line, so that the
+    /// hit the program's inner loops take nearly every time inlines.
+    #[inline(never)]
+    fn compute_entry(
+        &mut self,
+        table: usize,
+        slot: usize,
+        ctx: &PlanContext<'_>,
+        step: Step,
+        from: Option<usize>,
+        to: usize,
+    ) -> Result<(usize, usize), LiveputError> {
         if let Some(limit) = ctx.work_limit.filter(|&limit| self.stats.work() > limit) {
             return Err(LiveputError::WorkLimit { limit });
         }

@@ -179,13 +179,14 @@
 //!   p3 trace and, on the table and the bounded-lifetime fleets, changed no
 //!   decision;
 //! - a shed is a layout of fewer replicas of the same stages, or of the same
-//!   replicas of fewer stages, that may be chosen then; each
-//!   side is valued as one interval from no carried migration (the
-//!   migration's expected time at the target's speed) plus what the target
-//!   earns from the next interval to the end of the horizon and its terminal
-//!   value with no further burst (a backward pass over the steps as
-//!   forecast, `Work::continuation`): a shed onto a layout the job would
-//!   soon leave again, to refill when the fleet is whole, gains nothing;
+//!   replicas of fewer stages, that fits then (a forced first layout,
+//!   [`PlanOptions::first`], does not bind it: the job answers a burst
+//!   whatever it chose before); each side is valued as one interval from no
+//!   carried migration (the migration's expected time at the target's speed)
+//!   plus what the target earns from the next interval to the end of the
+//!   horizon and its terminal value with no further burst (a backward pass
+//!   over the steps as forecast): a shed onto a layout the job would soon
+//!   leave again, to refill when the fleet is whole, gains nothing;
 //! - the gain is weighted by the scenario's chance and by the chance that no
 //!   burst came in the horizon's earlier intervals: the plan stays in the
 //!   layout, so it may shed only once, at the first burst;
@@ -195,6 +196,12 @@
 //!   prior's bursts as well held a random fleet's GPT-1.5B (p3, 20-21
 //!   instances, unannounced) in 2x10 rather than reactive's 3x7 from the
 //!   start, and the first burst, of 7, cut a stage: 0.9935 of reactive.
+//!
+//! Only the weights depend on the churn. The backward pass and each shed's
+//! gain depend on the steps and instances as forecast alone, so they are
+//! kept between the programs of one call (the plan, the real job's from its
+//! work at risk, the deferred one) and between calls while the forecast
+//! stays the same (`RecourseMemo`).
 //!
 //! The rest of the plan is still priced from the layout kept, so this is an
 //! approximation of the job's recourse, not the program's exact objective;

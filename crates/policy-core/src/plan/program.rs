@@ -63,18 +63,35 @@ pub(super) struct Work {
     /// layout gains from shedding at a burst rather than refilling; empty
     /// otherwise ([`Program::prepare_recourse`]).
     recourse: Vec<f64>,
-    /// What `recourse` was priced from: a planning call runs several
-    /// programs over the same steps and churn (the plan, the real job's from
-    /// its work at risk, the deferred one), and they share it.
-    recourse_key: Vec<u64>,
+    /// What `recourse` is priced from, kept while the horizon's steps and
+    /// instances stay the same.
+    recourse_memo: RecourseMemo,
+}
+
+/// The part of [`Work::recourse`] that the churn's probabilities do not
+/// change ([`Program::prepare_recourse`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct RecourseMemo {
+    /// What it was priced from ([`Program::calm_key`]); empty: nothing.
+    key: Vec<u64>,
+    /// Per interval boundary (`0..=len`, row-major) and layout: what the
+    /// layout earns from there to the end with no burst.
+    after_calm: Vec<f64>,
+    /// Per interval: the layouts that fit after its change, by the most
+    /// they can earn from it ([`Program::by_bound`]).
+    order: Vec<Vec<(f64, usize)>>,
+    /// Per interval and layout held (row-major), per burst (its table): the
+    /// best shed's gain over refilling ([`Program::shed_gain`]). A handful
+    /// of bursts each, so searched in order.
+    sheds: Vec<Vec<((u32, u32), f64)>>,
 }
 
 impl Work {
-    /// Forget the memoised recourse ([`Work::recourse_key`]): the store's
+    /// Forget the memoised recourse ([`Work::recourse_memo`]): the store's
     /// distributions were priced on another cost basis.
     pub(super) fn forget_recourse(&mut self) {
         self.recourse.clear();
-        self.recourse_key.clear();
+        self.recourse_memo = RecourseMemo::default();
     }
 }
 
@@ -559,17 +576,19 @@ impl<'a> Program<'a> {
         Ok(commit_front(points, best, scratch, self.options.max_front, self.capped(), &mut store.stats))
     }
 
-    /// The layouts that may be chosen in interval `i` (`after` instances
-    /// after its change) and earn something after it (`next`, per layout),
-    /// most promising first: each with the most one interval into it and
-    /// what it earns after can add up to (no migration at all). A search for
-    /// the best target stops at the first bound it already has: exact, and
-    /// most targets are never priced.
+    /// The layouts that fit interval `i` (`after` instances after its
+    /// change) and earn something after it (`next`, per layout), most
+    /// promising first: each with the most one interval into it and what it
+    /// earns after can add up to (no migration at all). A search for the best
+    /// target stops at the first bound it already has: exact, and most
+    /// targets are never priced. Only the recourse reads it, on programs with
+    /// no pruning and the profile's speeds; a forced first layout does not
+    /// bind it (the job answers a burst whatever it chose before).
     fn by_bound(&self, i: usize, after: u64, next: &[f64], order: &mut Vec<(f64, usize)>) {
         order.clear();
         order.extend(
             (0..self.pause)
-                .filter(|&r| next[r] > f64::NEG_INFINITY && self.may_choose(i, r, after))
+                .filter(|&r| next[r] > f64::NEG_INFINITY && self.ctx.layouts[r].instances <= after)
                 .map(|r| (self.thr(i, r) * self.interval_ms / 1000.0 + next[r], r)),
         );
         order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
@@ -600,22 +619,17 @@ impl<'a> Program<'a> {
     /// With [`PlanOptions::recourse`] and a burst anywhere in the horizon,
     /// fill [`Work::recourse`]: per interval and layout that fits before and
     /// after it (the [`RECOURSE_LAYOUTS`] most promising), what staying gains
-    /// from shedding at the interval's bursts.
-    ///
-    /// First, what each layout earns from each interval to the end with no
-    /// burst: backwards from the terminal value (each layout's speed over
-    /// [`PlanOptions::terminal_ms`]), the best of moving into any layout that
-    /// may be chosen then, by [`Program::one_interval`] of the step as
-    /// forecast, plus what that layout earns after. What a shed leaves the
-    /// job with is this, not the rest of the plan: a shed onto a layout the
-    /// job would soon leave again (to refill when the fleet is whole) gains
-    /// little. Then, per burst scenario, the best shed of the layout
-    /// ([`sheds`]) that may be chosen then, valued the same way, against
-    /// refilling the layout held; the gain where shedding is better, weighted
-    /// by the scenario's probability, by the chance that no burst came in the
+    /// from shedding at the interval's bursts: per burst scenario, the best
+    /// shed's gain over refilling ([`Program::shed_gain`]), weighted by the
+    /// scenario's probability, by the chance that no burst came in the
     /// intervals before (a stay sheds once) and by the share credited.
-    /// Memoised in [`Work::recourse_key`] for the next program over the same
-    /// inputs.
+    ///
+    /// Everything but the weights depends on the horizon's steps and
+    /// instances alone, not on its churn: it is kept in [`RecourseMemo`]
+    /// while those stay the same, which they do between the programs of one
+    /// call (the plan, the real job's from its work at risk, the deferred
+    /// one, the shadows at other churn) and between calls over a calm
+    /// forecast.
     fn prepare_recourse(
         &self,
         horizon: &Horizon<'_>,
@@ -631,16 +645,57 @@ impl<'a> Program<'a> {
         // (the widest profiles and the mixed fleet's plans are the guest's
         // heaviest calls already).
         let plain = horizon.speeds.is_none() && self.allowed.is_none();
+        work.recourse.clear();
         if share <= 0.0 || !any_burst || len == 0 || !plain {
-            work.recourse.clear();
-            work.recourse_key.clear();
             return Ok(());
         }
-        let key = self.recourse_key(horizon, share);
-        if key == work.recourse_key {
+        self.price_calm(horizon, store, &mut work.recourse_memo)?;
+        let n = self.pause;
+        let mut gains = vec![0.0; len * n];
+        let mut none_yet = 1.0f64;
+        for (i, (mix, step)) in horizon.mixtures.iter().zip(horizon.steps).enumerate() {
+            let burst_chance: f64 = bursts(mix, step).map(|(p, _)| p).sum();
+            if burst_chance > 0.0 {
+                let before = if i == 0 { u64::from(step.instances_before) } else { horizon.afters[i - 1] };
+                // Only the most promising layouts are credited
+                // ([`RECOURSE_LAYOUTS`]).
+                let credited = work.recourse_memo.order[i].iter().take(RECOURSE_LAYOUTS).map(|&(_, f)| f);
+                let credited: Vec<usize> =
+                    credited.filter(|&f| self.ctx.layouts[f].instances <= before).collect();
+                for f in credited {
+                    let mut gain = 0.0f64;
+                    for &(probability, s) in bursts(mix, step) {
+                        gain += probability * self.shed_gain(i, f, s, store, &mut work.recourse_memo)?;
+                    }
+                    gains[i * n + f] = gain * none_yet * share;
+                }
+            }
+            none_yet *= (1.0 - burst_chance).max(0.0);
+        }
+        work.recourse = gains;
+        Ok(())
+    }
+
+    /// Fill `memo` for this horizon unless it holds it already: what each
+    /// layout earns from each interval to the end with no burst, backwards
+    /// from the terminal value (each layout's speed over
+    /// [`PlanOptions::terminal_ms`]), the best of moving into any layout that
+    /// fits then, by [`Program::one_interval`] of the step as forecast, plus
+    /// what that layout earns after; and per interval the layouts by bound
+    /// ([`Program::by_bound`]). What a shed leaves the job with is this, not
+    /// the rest of the plan: a shed onto a layout the job would soon leave
+    /// again (to refill when the fleet is whole) gains little.
+    fn price_calm(
+        &self,
+        horizon: &Horizon<'_>,
+        store: &mut DistributionStore,
+        memo: &mut RecourseMemo,
+    ) -> Result<(), LiveputError> {
+        let key = self.calm_key(horizon);
+        if key == memo.key {
             return Ok(());
         }
-        let (n, layouts) = (self.pause, &self.ctx.layouts);
+        let (len, n, layouts) = (horizon.mixtures.len(), self.pause, &self.ctx.layouts);
         // Per interval `j` and its end (`j = len`): what each layout earns
         // from the start of `j` to the end with no burst.
         let mut after_calm = vec![f64::NEG_INFINITY; (len + 1) * n];
@@ -649,19 +704,22 @@ impl<'a> Program<'a> {
                 *w = self.thr(len - 1, t) * self.options.terminal_ms / 1000.0;
             }
         }
-        let mut order: Vec<(f64, usize)> = Vec::with_capacity(n);
-        for j in (1..len).rev() {
+        let mut order = vec![Vec::with_capacity(n); len];
+        for j in (0..len).rev() {
+            let next = (j + 1) * n;
+            self.by_bound(j, horizon.afters[j], &after_calm[next..next + n], &mut order[j]);
+            if j == 0 {
+                break;
+            }
             let step = horizon.steps[j];
             let table = store.table(table_key(step));
             let (before, after) = (horizon.afters[j - 1], horizon.afters[j]);
-            let next = (j + 1) * n;
-            self.by_bound(j, after, &after_calm[next..next + n], &mut order);
             for f in (0..n).filter(|&f| layouts[f].instances <= before) {
                 let mut best = f64::NEG_INFINITY;
-                if self.may_choose(j, f, after) && after_calm[next + f] > f64::NEG_INFINITY {
+                if layouts[f].instances <= after && after_calm[next + f] > f64::NEG_INFINITY {
                     best = self.one_interval(j, store, table, step, f, f)? + after_calm[next + f];
                 }
-                for &(bound, r) in order.iter().filter(|&&(_, r)| r != f) {
+                for &(bound, r) in order[j].iter().filter(|&&(_, r)| r != f) {
                     if bound <= best {
                         break;
                     }
@@ -670,56 +728,59 @@ impl<'a> Program<'a> {
                 after_calm[j * n + f] = best;
             }
         }
-        let mut gains = vec![0.0; len * n];
-        let mut none_yet = 1.0f64;
-        for (i, (mix, step)) in horizon.mixtures.iter().zip(horizon.steps).enumerate() {
-            let burst_chance: f64 = bursts(mix, step).map(|(p, _)| p).sum();
-            if burst_chance > 0.0 {
-                let before = if i == 0 { u64::from(step.instances_before) } else { horizon.afters[i - 1] };
-                let after = horizon.afters[i];
-                let next = &after_calm[(i + 1) * n..(i + 2) * n];
-                self.by_bound(i, after, next, &mut order);
-                // Only the most promising layouts are credited
-                // ([`RECOURSE_LAYOUTS`]).
-                let credited: Vec<usize> = order.iter().map(|&(_, f)| f).take(RECOURSE_LAYOUTS).collect();
-                for f in credited.into_iter().filter(|&f| layouts[f].instances <= before) {
-                    let mut gain = 0.0f64;
-                    for &(probability, s) in bursts(mix, step) {
-                        let table = store.table(table_key(s));
-                        let refill = self.one_interval(i, store, table, s, f, f)? + next[f];
-                        let mut best = refill;
-                        for &(bound, r) in &order {
-                            if bound <= best {
-                                break;
-                            }
-                            if sheds(layouts[f].config, layouts[r].config) {
-                                best = best.max(self.one_interval(i, store, table, s, f, r)? + next[r]);
-                            }
-                        }
-                        gain += probability * (best - refill);
-                    }
-                    gains[i * n + f] = gain * none_yet * share;
-                }
-            }
-            none_yet *= (1.0 - burst_chance).max(0.0);
-        }
-        work.recourse = gains;
-        work.recourse_key = key;
+        *memo = RecourseMemo { key, after_calm, order, sheds: vec![Vec::new(); len * n] };
         Ok(())
     }
 
-    /// Everything [`Program::prepare_recourse`] reads, as bits: two programs
-    /// with the same key price the same recourse (the layouts, their speeds
-    /// and the recovery stand for the store's distributions, which a new
-    /// cost basis also makes it forget: [`Work::forget_recourse`]).
-    fn recourse_key(&self, horizon: &Horizon<'_>, share: f64) -> Vec<u64> {
+    /// What shedding from layout `f` at interval `i`'s burst `s` gains over
+    /// refilling `f`: the best layout that sheds part of `f` ([`sheds`]) and
+    /// fits, each valued as one interval from no carried migration plus what
+    /// it earns after with no further burst; 0 where refilling is best.
+    /// Memoised in `memo`, which [`Program::price_calm`] filled.
+    fn shed_gain(
+        &self,
+        i: usize,
+        f: usize,
+        s: Step,
+        store: &mut DistributionStore,
+        memo: &mut RecourseMemo,
+    ) -> Result<f64, LiveputError> {
+        let (n, layouts) = (self.pause, &self.ctx.layouts);
+        let burst = table_key(s);
+        if let Some(&(_, gain)) = memo.sheds[i * n + f].iter().find(|&&(b, _)| b == burst) {
+            return Ok(gain);
+        }
+        let next = &memo.after_calm[(i + 1) * n..(i + 2) * n];
+        let table = store.table(burst);
+        let refill = self.one_interval(i, store, table, s, f, f)? + next[f];
+        let mut best = refill;
+        for &(bound, r) in &memo.order[i] {
+            if bound <= best {
+                break;
+            }
+            if sheds(layouts[f].config, layouts[r].config) {
+                best = best.max(self.one_interval(i, store, table, s, f, r)? + next[r]);
+            }
+        }
+        memo.sheds[i * n + f].push((burst, best - refill));
+        Ok(best - refill)
+    }
+
+    /// Everything [`Program::price_calm`] reads, as bits: two horizons with
+    /// the same key price the same calm continuation and sheds (the layouts,
+    /// their speeds and the recovery stand for the store's distributions,
+    /// which a new cost basis also makes it forget:
+    /// [`Work::forget_recourse`]; a step stands for its table, whose
+    /// distributions are all it is read through). The first interval's step
+    /// is not read: only its bursts are, and they are keyed per shed.
+    fn calm_key(&self, horizon: &Horizon<'_>) -> Vec<u64> {
         let r = &self.ctx.recovery;
         let mut key = vec![
-            share.to_bits(),
             self.options.terminal_ms.to_bits(),
             self.interval_ms.to_bits(),
             r.preemption_notice_ms.to_bits(),
             r.checkpoint_write_bytes_per_ms.to_bits(),
+            horizon.mixtures.len() as u64,
         ];
         for l in &self.ctx.layouts {
             key.extend([
@@ -728,16 +789,10 @@ impl<'a> Program<'a> {
                 l.thr.to_bits(),
             ]);
         }
-        let step_bits =
-            |s: &Step| [u64::from(s.instances_before), u64::from(s.preempted), u64::from(s.arrived)];
-        for ((mix, step), &after) in horizon.mixtures.iter().zip(horizon.steps).zip(horizon.afters) {
-            key.push(after);
-            key.extend(step_bits(step));
-            key.push(mix.len() as u64);
-            for (p, s) in mix {
-                key.push(p.to_bits());
-                key.extend(step_bits(s));
-            }
+        key.extend(horizon.afters.iter().copied());
+        for step in horizon.steps.iter().skip(1) {
+            let (before, preempted) = table_key(*step);
+            key.push(u64::from(before) << 32 | u64::from(preempted));
         }
         key
     }

@@ -1710,3 +1710,48 @@ fn recourse_credits_the_best_shed_at_the_first_burst() {
     assert_eq!(with.steps.iter().map(|s| s.config).collect::<Vec<_>>(), best.1);
     assert!(with.objective > without.objective);
 }
+
+#[test]
+fn recourse_kept_between_calls_prices_as_afresh() {
+    // The recourse's continuation and sheds are kept in the cache while the
+    // steps and instances stay the same: every call must price exactly as a
+    // fresh cache does, whatever ran before (other churn, another share, a
+    // forced first layout, another forecast).
+    let profile = toy_profile(
+        &[(1, 2, 26.0), (2, 2, 50.0), (3, 2, 70.0), (1, 4, 45.0), (2, 3, 78.0), (2, 4, 80.0), (1, 3, 40.0)],
+        0.0,
+    );
+    let interval_ms = 60_000;
+    let calm = [step(9, 0, 0), step(9, 0, 0), step(9, 0, 0), step(9, 0, 0)];
+    let falling = [step(9, 1, 0), step(8, 0, 0), step(8, 0, 1), step(9, 0, 0)];
+    let churn = |p: f64| {
+        vec![
+            vec![Churn { extra: 1, probability: p }],
+            vec![Churn { extra: 1, probability: p }, Churn { extra: 3, probability: p / 3.0 }],
+            vec![],
+            vec![Churn { extra: 2, probability: p }],
+        ]
+    };
+    let calls: [(&[Step], f64, f64, Option<ParallelConfig>); 8] = [
+        (&calm, 0.2, 1.0, None),
+        (&calm, 0.2, 1.0, cfg(2, 4)),
+        (&calm, 0.2, 1.0, cfg(2, 3)),
+        (&calm, 0.05, 0.5, None),
+        (&falling, 0.2, 1.0, None),
+        (&calm, 0.3, 1.0, cfg(3, 2)),
+        (&falling, 0.1, 0.7, cfg(2, 2)),
+        (&calm, 0.2, 1.0, None),
+    ];
+    let (mut kept, mut credited) = (TransitionCache::default(), 0);
+    for (k, &(steps, p, share, first)) in calls.iter().enumerate() {
+        let plan = |cache: &mut TransitionCache, recourse| {
+            let options = PlanOptions { recourse, first, ..PlanOptions::default() };
+            best_plan_scored(&profile, cfg(2, 4), 0.0, steps, &churn(p), interval_ms, options, cache).unwrap()
+        };
+        let (again, afresh) = (plan(&mut kept, share), plan(&mut TransitionCache::default(), share));
+        assert_eq!(again.objective.to_bits(), afresh.objective.to_bits(), "call {k}");
+        assert_eq!(again.steps, afresh.steps, "call {k}");
+        credited += usize::from(afresh.objective > plan(&mut TransitionCache::default(), 0.0).objective);
+    }
+    assert!(credited >= 3, "the credit changes several calls' objective ({credited} of 8)");
+}
