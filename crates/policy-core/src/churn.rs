@@ -141,9 +141,14 @@ impl ChurnEstimator {
     }
 
     /// [`Self::estimate`], its low end as [`Self::estimate_with_lower`]
-    /// (`None` when `sigmas <= 0` or not finite) and [`Self::seen_share`],
-    /// from one pass over the history: a planner that needs all three each
-    /// interval reads the history once.
+    /// (`None` when `sigmas <= 0` or not finite) and the share seen, from one
+    /// pass over the history. The share seen is the part of the bursts the
+    /// estimate rests on that `history` showed, the rest being the prior's
+    /// pseudo-bursts (weighted alike): 0 with no burst seen, towards 1 as the
+    /// history outweighs the prior. The prior is a caution for a run that has
+    /// seen nothing, so what a plan may gain from bursts is credited at this
+    /// share ([`crate::plan::PlanOptions::recourse`]); what they cost is
+    /// priced in full.
     pub fn estimate_seen(
         &self,
         history: &[IntervalStats],
@@ -162,17 +167,6 @@ impl ChurnEstimator {
             .filter(|c| c.probability > 0.0)
             .collect();
         (churn, Some(low), share)
-    }
-
-    /// The share of the bursts [`Self::estimate`] rests on that `history`
-    /// showed, the rest being the prior's pseudo-bursts (weighted alike): 0
-    /// with no burst seen, towards 1 as the history outweighs the prior. The
-    /// prior is a caution for a run that has seen nothing, so what a plan
-    /// may gain from bursts is credited at this share
-    /// ([`crate::plan::PlanOptions::recourse`]); what they cost is priced in
-    /// full.
-    pub fn seen_share(&self, history: &[IntervalStats]) -> f64 {
-        self.estimate_seen(history, 0.0).2
     }
 
     /// The estimate, the (weighted) count of bursts it rests on, and how many

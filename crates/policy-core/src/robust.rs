@@ -80,7 +80,7 @@ pub struct RobustLiveput {
     /// Credit each plan with the shed the job would make at a burst rather
     /// than price every burst as a refill ([`crate::plan::PlanOptions::recourse`]),
     /// at the share of the churn estimate the history showed
-    /// ([`ChurnEstimator::seen_share`]). On by default; the README (*The
+    /// ([`ChurnEstimator::estimate_seen`]). On by default; the README (*The
     /// default policy*, mechanism 10) has what it was measured to do.
     pub recourse: bool,
     /// The last estimate (central and low), the share of it the history

@@ -411,7 +411,7 @@ pub struct PlanOptions {
     /// rather than refill the layout from spares. This is the share of each
     /// burst's shed gain the plan is credited (clamped to `0..=1`): the
     /// online planner's is the share of the churn estimate its history
-    /// showed ([`crate::churn::ChurnEstimator::seen_share`]). 0 (the default,
+    /// showed ([`crate::churn::ChurnEstimator::estimate_seen`]). 0 (the default,
     /// the Oracle's: it knows every burst) prices the plan as given.
     pub recourse: f64,
 }
