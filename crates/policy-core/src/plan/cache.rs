@@ -14,11 +14,13 @@
 //! 25 times slower than on one type (median 5 ms, up to 0.14 s), and its
 //! guest ran out of fuel there, unannounced, until it was quarantined.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
-use super::Step;
 use super::layouts::PlanContext;
 use super::program::Work;
+use super::recall::{PlanInputs, RecentPlans};
+use super::{ScoredPlan, Step};
 use crate::liveput::{LiveputError, MigrationKind, PairModel, SharedByFrom};
 use crate::{ModelProfile, ParallelConfig, Recovery, StagePartition};
 
@@ -65,6 +67,9 @@ pub struct CacheStats {
     pub largest_front: usize,
     /// Calls of [`best_plan`](super::best_plan) (and its variants).
     pub plans: u64,
+    /// Calls answered with a plan found before from the very same inputs
+    /// (no program run: `plan::recall`).
+    pub recalled: u64,
     /// Predecessors skipped because they could not improve a layout's best
     /// pair (no transition looked up).
     pub pruned: u64,
@@ -150,6 +155,8 @@ pub struct TransitionCache {
     last_layouts: Vec<ParallelConfig>,
     store: DistributionStore,
     work: Work,
+    /// The last plans found and their inputs ([`super::recall`]).
+    recent: RecentPlans,
 }
 
 impl Default for TransitionCache {
@@ -168,7 +175,7 @@ impl TransitionCache {
             store: DistributionStore {
                 max_outcomes,
                 max_table_entries,
-                keys: BTreeMap::new(),
+                keys: HashMap::default(),
                 tables: Vec::new(),
                 heads: Vec::new(),
                 outs: Vec::new(),
@@ -182,6 +189,7 @@ impl TransitionCache {
                 width: 0,
             },
             work: Work::default(),
+            recent: RecentPlans::default(),
         }
     }
 
@@ -208,15 +216,27 @@ impl TransitionCache {
 
     /// Start one planning call: make the cache fit `profile` under
     /// `recovery` and the program's `layouts` (its states in order, the pause
-    /// after them), count the call, and lend the program its two halves.
-    pub(super) fn begin(
-        &mut self,
-        profile: &ModelProfile,
-        recovery: &Recovery,
-        layouts: &[ParallelConfig],
-    ) -> (&mut DistributionStore, &mut Work) {
+    /// after them), and count the call.
+    pub(super) fn begin(&mut self, profile: &ModelProfile, recovery: &Recovery, layouts: &[ParallelConfig]) {
         self.prepare(profile, recovery, layouts);
         self.store.stats.plans += 1;
+    }
+
+    /// The plan found before from exactly `inputs`, if it is still kept
+    /// (counted in [`CacheStats::recalled`]).
+    pub(super) fn recall(&mut self, inputs: &PlanInputs) -> Option<ScoredPlan> {
+        let plan = self.recent.recall(inputs).cloned();
+        self.store.stats.recalled += u64::from(plan.is_some());
+        plan
+    }
+
+    /// Keep `plan`, found from `inputs`, for [`TransitionCache::recall`].
+    pub(super) fn keep(&mut self, inputs: PlanInputs, plan: ScoredPlan) {
+        self.recent.keep(inputs, plan);
+    }
+
+    /// Lend the program its two halves: the distributions and its buffers.
+    pub(super) fn parts(&mut self) -> (&mut DistributionStore, &mut Work) {
         (&mut self.store, &mut self.work)
     }
 
@@ -263,6 +283,7 @@ impl TransitionCache {
                     partitions: HashMap::new(),
                     layouts: layouts.to_vec(),
                     seen: std::collections::HashSet::new(),
+                    admitted: None,
                 };
                 // A profile that does not agree with itself (a layout listed
                 // twice at other costs, a depth without its partition) keeps
@@ -297,6 +318,10 @@ struct CostBasis {
     /// Scratch for [`CostBasis::admits`]: the layouts of the profile read so
     /// far.
     seen: std::collections::HashSet<ParallelConfig>,
+    /// The layouts and partitions of the last profile admitted: a profile
+    /// with the very same ones (nearly every call) is admitted without
+    /// reading them one by one.
+    admitted: Option<(Vec<crate::ConfigProfile>, Vec<StagePartition>)>,
 }
 
 impl CostBasis {
@@ -308,6 +333,11 @@ impl CostBasis {
             || !(profile.checkpoint_interval_ms.is_finite() && profile.checkpoint_interval_ms >= 0.0)
         {
             return false;
+        }
+        if self.admitted.as_ref().is_some_and(|(configs, partitions)| {
+            *configs == profile.configs && *partitions == profile.partitions
+        }) {
+            return true;
         }
         // The cost model reads a layout's first entry and its depth's first
         // partition; later ones are skipped. One pass (this runs on every
@@ -333,6 +363,7 @@ impl CostBasis {
                 }
             }
         }
+        self.admitted = Some((profile.configs.clone(), profile.partitions.clone()));
         true
     }
 }
@@ -389,6 +420,36 @@ impl FixedCosts {
     }
 }
 
+/// Hashes a table key, `(instances_before, preempted)`, with a multiply per
+/// word: the tables are looked up once per scenario of every interval of
+/// every program (millions over a trace), where a B-tree's search or SipHash
+/// cost more than the rest of the lookup. Keys come from the forecast, not
+/// from an adversary.
+#[derive(Debug, Clone, Copy, Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(29) ^ word).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply mixes upwards only; fold the high half into the low
+        // bits that pick the bucket.
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
 /// One outcome, reduced to what the value of an interval needs.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct OutcomeTerms {
@@ -408,6 +469,8 @@ pub(super) struct OutcomeTerms {
     /// risk starts again from nothing ([`crate::at_risk`]).
     pub(super) resets: bool,
 }
+
+const _: () = assert!(std::mem::size_of::<Head>() == 64);
 
 /// Table entry of a transition not computed yet.
 const MISSING: u32 = u32::MAX;
@@ -440,12 +503,12 @@ pub(super) struct DistributionStore {
     /// Bound on `table_entries`, checked at the start of a call.
     max_table_entries: usize,
     /// `(instances_before, preempted)` -> index in `tables`.
-    keys: BTreeMap<(u32, u32), usize>,
+    keys: HashMap<(u32, u32), usize, BuildHasherDefault<KeyHasher>>,
     /// Per key, `(S + 1) x (S + 1)` entries (`from`, `to`, the pause last):
     /// index in `heads` or [`MISSING`].
     tables: Vec<PairTable>,
     /// `(start, len)` of a distribution's outcomes in `outs`.
-    heads: Vec<(usize, usize)>,
+    heads: Vec<Head>,
     /// Every stored distribution's outcomes, back to back.
     pub(super) outs: Vec<OutcomeTerms>,
     /// Table entries held: allocated for dense tables, filled for sparse ones.
@@ -549,9 +612,9 @@ impl DistributionStore {
         let mut renumbered = vec![usize::MAX; old_tables.len()];
         for (t, table) in old_tables.into_iter().enumerate().filter(|&(t, _)| keep[t]) {
             let mut move_head = |head: &mut u32| {
-                let (start, len) = old_heads[*head as usize];
-                self.heads.push((self.outs.len(), len));
-                self.outs.extend_from_slice(&old_outs[start..start + len]);
+                let kept = old_heads[*head as usize];
+                self.heads.push(Head { start: self.outs.len(), ..kept });
+                self.outs.extend_from_slice(&old_outs[kept.outcomes()]);
                 // Fewer heads than before, so the index fits as it did.
                 *head = (self.heads.len() - 1) as u32;
             };
@@ -624,7 +687,7 @@ impl DistributionStore {
 
     /// The outcomes of `from -> to` in `step` (`from` = `None` for a cold
     /// start; `to` = `S` for a pause), computed on a miss.
-    #[inline]
+    #[inline(always)]
     pub(super) fn entry(
         &mut self,
         table: usize,
@@ -633,11 +696,12 @@ impl DistributionStore {
         step: Step,
         from: Option<usize>,
         to: usize,
-    ) -> Result<(usize, usize), LiveputError> {
+    ) -> Result<(usize, usize, u32), LiveputError> {
         let head = self.tables[table].get(slot);
         if head != MISSING {
             self.stats.hits += 1;
-            return Ok(self.heads[head as usize]);
+            let Head { start, len, .. } = self.heads[head as usize];
+            return Ok((start, len as usize, head));
         }
         self.compute_entry(table, slot, ctx, step, from, to)
     }
@@ -653,7 +717,7 @@ impl DistributionStore {
         step: Step,
         from: Option<usize>,
         to: usize,
-    ) -> Result<(usize, usize), LiveputError> {
+    ) -> Result<(usize, usize, u32), LiveputError> {
         if let Some(limit) = ctx.work_limit.filter(|&limit| self.stats.work() > limit) {
             return Err(LiveputError::WorkLimit { limit });
         }
@@ -678,8 +742,16 @@ impl DistributionStore {
             abandon: if o.kind == MigrationKind::Restart { o.concurrent_ms } else { f64::INFINITY },
             resets: o.lost_work,
         }));
-        let head = (start, self.outs.len() - start);
-        self.table_outs[table] += head.1;
+        let len = self.outs.len() - start;
+        let head = Head {
+            start,
+            len: u32::try_from(len)
+                .map_err(|_| LiveputError::Numerical { reason: "distribution too large" })?,
+            busy: self.outs[start..].iter().map(|o| o.p * o.d).sum(),
+            rested: false,
+            at_rest: AtRest::default(),
+        };
+        self.table_outs[table] += len;
         let index = u32::try_from(self.heads.len())
             .ok()
             .filter(|&i| i != MISSING)
@@ -692,8 +764,72 @@ impl DistributionStore {
                 self.table_entries += 1;
             }
         }
-        Ok(head)
+        Ok((start, len, index))
     }
+
+    /// The sums over stored distribution `head` that `sum` makes for a pair
+    /// at rest (nothing carried, nothing capped) with throughput and lost-work
+    /// scale `thr` and `lost_scale` over intervals of `interval_ms`:
+    /// computed once and kept while those three stay the same. A front mostly
+    /// holds one such pair, and the same transitions recur in every program
+    /// of a call and in the calls after, so this spares the outcome loop.
+    #[inline]
+    pub(super) fn at_rest(
+        &mut self,
+        head: u32,
+        thr: f64,
+        lost_scale: f64,
+        interval_ms: f64,
+        sum: impl FnOnce(&[OutcomeTerms]) -> (f64, f64),
+    ) -> (f64, f64) {
+        let key = [thr.to_bits(), lost_scale.to_bits(), interval_ms.to_bits()];
+        let head = &mut self.heads[head as usize];
+        if head.rested && head.at_rest.key == key {
+            return head.at_rest.sums;
+        }
+        let sums = sum(&self.outs[head.outcomes()]);
+        (head.rested, head.at_rest) = (true, AtRest { key, sums });
+        sums
+    }
+
+    /// The expected migration time of stored distribution `head`, ms (the
+    /// sum of `p x d` over its outcomes, in order).
+    #[inline]
+    pub(super) fn busy(&self, head: u32) -> f64 {
+        self.heads[head as usize].busy
+    }
+}
+
+/// One stored distribution: where its outcomes lie in the store's, their
+/// expected migration time ([`DistributionStore::busy`]) and their sums for a
+/// pair at rest once asked for ([`DistributionStore::at_rest`]). One cache
+/// line: a program's lookup reads it all, and the outcomes themselves
+/// (several lines) only when it has to.
+#[derive(Debug, Clone, Copy)]
+#[repr(align(64))]
+struct Head {
+    start: usize,
+    len: u32,
+    /// Whether `at_rest` holds sums (an `Option` would not fit the line).
+    rested: bool,
+    busy: f64,
+    at_rest: AtRest,
+}
+
+impl Head {
+    /// Where its outcomes lie in the store's.
+    fn outcomes(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.len as usize
+    }
+}
+
+/// One distribution's sums for a pair at rest ([`DistributionStore::at_rest`]),
+/// and the bits of the throughput, lost-work scale and interval they were
+/// summed with.
+#[derive(Debug, Clone, Copy, Default)]
+struct AtRest {
+    key: [u64; 3],
+    sums: (f64, f64),
 }
 
 /// The cache key of a step's distributions. With nobody preempted the

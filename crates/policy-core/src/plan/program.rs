@@ -52,6 +52,9 @@ pub(super) struct Work {
     outcomes: Vec<ScenarioOutcomes>,
     /// Predecessor states with a front, in the order they are tried.
     live: Vec<usize>,
+    /// Per rank in `live`: the most value any front from that rank on holds
+    /// (a search for a state's best pair stops where even that cannot win).
+    live_tops: Vec<f64>,
     /// Per parked pause with a front, per scenario of the current interval:
     /// where the outcomes of its holders at the interval's boundary lie
     /// ([`Parked`]), looked up once per interval.
@@ -126,6 +129,11 @@ struct ScenarioOutcomes {
     start: usize,
     /// One past the last outcome.
     end: usize,
+    /// Its entry in the store.
+    head: u32,
+    /// Its samples and leftover for a pair at rest, when the front has one
+    /// ([`DistributionStore::at_rest`]).
+    at_rest: Option<(f64, f64)>,
 }
 
 /// What one planning call has checked and prepared for the program.
@@ -431,7 +439,7 @@ impl<'a> Program<'a> {
     /// valuable first (the others are tried only for a layout of the same
     /// depth, the pause always).
     fn order_predecessors(&self, work: &mut Work) {
-        let Work { points, prev, live, .. } = work;
+        let Work { points, prev, live, live_tops, .. } = work;
         live.clear();
         live.extend(self.order.iter().copied().filter(|&f| prev[f].len > 0));
         if self.allowed.is_some() {
@@ -440,6 +448,13 @@ impl<'a> Program<'a> {
             // so ranking by `top` would change plans, not only their speed.
             let peak = |f: usize| points[prev[f].start + prev[f].len - 1].value;
             live.sort_by(|&a, &b| peak(b).total_cmp(&peak(a)));
+        }
+        live_tops.clear();
+        live_tops.resize(live.len(), f64::NEG_INFINITY);
+        let mut most = f64::NEG_INFINITY;
+        for (rank, &f) in live.iter().enumerate().rev() {
+            most = most.max(prev[f].top);
+            live_tops[rank] = most;
         }
     }
 
@@ -458,9 +473,13 @@ impl<'a> Program<'a> {
                     && self.speeds.is_none_or(|speeds| speeds.thr[i + 1][t] > 0.0)))
     }
 
-    /// The predecessors tried for state `t`: staying first, then `live` in
-    /// order (the first of equal pairs wins).
-    fn predecessors<'w>(&'w self, live: &'w [usize], t: usize) -> impl Iterator<Item = usize> + 'w {
+    /// The predecessors tried for state `t`: staying first (no rank), then
+    /// `live` in order with their ranks (the first of equal pairs wins).
+    fn predecessors<'w>(
+        &'w self,
+        live: &'w [usize],
+        t: usize,
+    ) -> impl Iterator<Item = (Option<usize>, usize)> + 'w {
         let pruning = self.allowed.is_some();
         // A parked pause is tried as the pause is.
         let others = live.iter().copied().enumerate().filter(move |&(rank, f)| {
@@ -468,7 +487,7 @@ impl<'a> Program<'a> {
                 && (!pruning
                     || tries_predecessor(&self.ctx.layouts, rank, f.min(self.pause), t.min(self.pause)))
         });
-        std::iter::once(t).chain(others.map(|(_, f)| f))
+        std::iter::once((None, t)).chain(others.map(|(rank, f)| (Some(rank), f)))
     }
 
     /// Most samples one interval in state `t` can yield (no migration, nothing
@@ -489,7 +508,17 @@ impl<'a> Program<'a> {
         work: &mut Work,
     ) -> Result<Span, LiveputError> {
         let Work {
-            points, prev, scratch, scenarios, outcomes, live, exposed, exposed_ranges, recourse, ..
+            points,
+            prev,
+            scratch,
+            scenarios,
+            outcomes,
+            live,
+            live_tops,
+            exposed,
+            exposed_ranges,
+            recourse,
+            ..
         } = work;
         let layouts = &self.ctx.layouts;
         // What the store knows `t` as: a parked pause is a pause.
@@ -503,7 +532,16 @@ impl<'a> Program<'a> {
         // The least work at risk a pair of this front can carry: nothing after
         // a reset under the rule, else every pair's is infinite.
         let least_at_risk = if self.capped() { 0.0 } else { f64::INFINITY };
-        for f in self.predecessors(live, t) {
+        for (rank, f) in self.predecessors(live, t) {
+            // No front from this rank on can beat the best pair found: the
+            // rest would all be skipped below, one by one. Exact too, and the
+            // test that follows is the same one's.
+            if let Some(rank) = rank
+                && found.dominated(live_tops[rank] + bound, least_at_risk)
+            {
+                store.stats.pruned += (live.len() - rank) as u64;
+                break;
+            }
             let Span { start, len, top } = prev[f];
             if len == 0 || !self.leads_to(f, t, before) {
                 continue;
@@ -523,14 +561,34 @@ impl<'a> Program<'a> {
             // (inconsistent steps, or `current`) counts as nothing running.
             let from = (f < self.pause && layouts[f].instances <= before).then_some(f);
             let slot = store.slot(from.unwrap_or(self.pause), to);
+            let preds = &points[start..start + len];
+            // A cold start (or a layout that no longer fits) loses nothing.
+            let lost_scale = from.map_or(0.0, |f| self.lost_scale(i, f));
+            // A move with a pair at rest among its predecessors (the front
+            // of a stay mostly holds just that pair) reads that pair's sums
+            // from the store.
+            let at_rest = (t < self.pause && !self.capped())
+                .then(|| self.thr(i, t))
+                .filter(|_| preds.iter().any(|q| q.leftover.to_bits() == 0 && q.at_risk == f64::INFINITY));
             outcomes.clear();
             for s in scenarios.iter() {
-                let (o_start, o_len) = store.entry(s.table, slot, self.ctx, s.step, from, to)?;
+                let (o_start, o_len, head) = store.entry(s.table, slot, self.ctx, s.step, from, to)?;
                 outcomes.push(ScenarioOutcomes {
                     weight: s.probability,
                     start: o_start,
                     end: o_start + o_len,
+                    head,
+                    at_rest: None,
                 });
+            }
+            if let Some(thr) = at_rest {
+                for o in outcomes.iter_mut() {
+                    o.at_rest = Some(store.at_rest(o.head, thr, lost_scale, self.interval_ms, |outs| {
+                        let (samples, leftover, _, _) =
+                            scenario_sums(outs, thr, lost_scale, 0.0, f64::INFINITY, self.interval_ms);
+                        (samples, leftover)
+                    }));
+                }
             }
             let exposure = match self.parked_state(f) {
                 Some(parked) => {
@@ -545,11 +603,8 @@ impl<'a> Program<'a> {
                 }
                 None => Rollbacks { scenarios: &[], lost_scale: 1.0 },
             };
-            let preds = &points[start..start + len];
             let terms: usize = outcomes.iter().map(|o| o.end - o.start).sum();
             store.stats.weighed += (preds.len() * terms) as u64;
-            // A cold start (or a layout that no longer fits) loses nothing.
-            let lost_scale = from.map_or(0.0, |f| self.lost_scale(i, f));
             if t >= self.pause {
                 let pause = Pause {
                     outs: &store.outs,
@@ -608,11 +663,11 @@ impl<'a> Program<'a> {
         f: usize,
         r: usize,
     ) -> Result<f64, LiveputError> {
-        let (start, len) = store.entry(table, store.slot(f, r), self.ctx, step, Some(f), r)?;
+        let (_, len, head) = store.entry(table, store.slot(f, r), self.ctx, step, Some(f), r)?;
         // Counted as the program's own terms are, so a caller held to a work
         // limit (a guest's fuel) counts this too.
         store.stats.weighed += len as u64;
-        let busy: f64 = store.outs[start..start + len].iter().map(|o| o.p * o.d).sum();
+        let busy = store.busy(head);
         Ok(self.thr(i, r) * (self.interval_ms - busy) / 1000.0)
     }
 
@@ -704,7 +759,7 @@ impl<'a> Program<'a> {
                 *w = self.thr(len - 1, t) * self.options.terminal_ms / 1000.0;
             }
         }
-        let mut order = vec![Vec::with_capacity(n); len];
+        let mut order = vec![Vec::new(); len];
         for j in (0..len).rev() {
             let next = (j + 1) * n;
             self.by_bound(j, horizon.afters[j], &after_calm[next..next + n], &mut order[j]);
@@ -818,9 +873,15 @@ impl<'a> Program<'a> {
                 let step =
                     Step { instances_before: exposed_fleet(s.step.instances_before, config), ..s.step };
                 let table = store.table(table_key(step));
-                let (start, len) =
+                let (start, len, head) =
                     store.entry(table, slot, self.ctx, step, Some(parked.layout), self.pause)?;
-                exposed.push(ScenarioOutcomes { weight: s.probability, start, end: start + len });
+                exposed.push(ScenarioOutcomes {
+                    weight: s.probability,
+                    start,
+                    end: start + len,
+                    head,
+                    at_rest: None,
+                });
             }
             exposed_ranges[k] = (first, exposed.len() - first);
         }
@@ -860,7 +921,7 @@ impl<'a> Program<'a> {
             let mut lost = 0.0f64;
             for &(probability, step) in &steady[0] {
                 let table = store.table(table_key(step));
-                let (start, len) = store.entry(table, store.slot(t, t), self.ctx, step, Some(t), t)?;
+                let (start, len, _) = store.entry(table, store.slot(t, t), self.ctx, step, Some(t), t)?;
                 for o in store.outs[start..start + len].iter().filter(|o| o.lost * unit > 0.0) {
                     let restarting = thr * o.d.min(self.interval_ms) / 1000.0;
                     lost += probability * o.p * (restarting + o.lost * unit);
@@ -1049,21 +1110,21 @@ impl Move<'_> {
         // Uncapped (the online policy's path) the work at risk stays infinite:
         // what it would need is not summed.
         let tracked = at_risk.is_finite();
+        // The sums `scenario_sums` makes with these very arguments, kept.
+        let at_rest = carried.to_bits() == 0 && at_risk == f64::INFINITY;
         let (mut samples, mut leftover, mut gross, mut resets) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
         for s in self.scenarios {
-            let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-            for o in &self.outs[s.start..s.end] {
-                let busy = carried.min(o.abandon) + o.d;
-                let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
-                part += o.p * (trained - rolled_back(o.lost * self.lost_scale, at_risk));
-                left += o.p * (busy - interval_ms).max(0.0);
-                if tracked {
-                    g += o.p * trained;
-                    if o.resets {
-                        r += o.p;
-                    }
-                }
-            }
+            let (part, left, g, r) = match s.at_rest.filter(|_| at_rest) {
+                Some((part, left)) => (part, left, 0.0, 0.0),
+                None => scenario_sums(
+                    &self.outs[s.start..s.end],
+                    self.thr,
+                    self.lost_scale,
+                    carried,
+                    at_risk,
+                    interval_ms,
+                ),
+            };
             if single {
                 (samples, leftover, gross, resets) = (part, left, g, r);
             } else {
@@ -1079,6 +1140,36 @@ impl Move<'_> {
         let after = if tracked { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
         (samples, leftover, after)
     }
+}
+
+/// One scenario's sums over its outcomes `outs` of a move into a layout of
+/// throughput `thr` (see [`Move::value`]): samples, leftover, and, when
+/// `at_risk` is finite, the gross samples and the probability of a reset
+/// (else 0 and 0).
+#[inline]
+fn scenario_sums(
+    outs: &[OutcomeTerms],
+    thr: f64,
+    lost_scale: f64,
+    carried: f64,
+    at_risk: f64,
+    interval_ms: f64,
+) -> (f64, f64, f64, f64) {
+    let tracked = at_risk.is_finite();
+    let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    for o in outs {
+        let busy = carried.min(o.abandon) + o.d;
+        let trained = thr * (interval_ms - busy).max(0.0) / 1000.0;
+        part += o.p * (trained - rolled_back(o.lost * lost_scale, at_risk));
+        left += o.p * (busy - interval_ms).max(0.0);
+        if tracked {
+            g += o.p * trained;
+            if o.resets {
+                r += o.p;
+            }
+        }
+    }
+    (part, left, g, r)
 }
 
 /// The transition into a pause.

@@ -573,27 +573,29 @@ fn a_full_cache_drops_the_tables_used_least_recently() {
     // Three fleet sizes then another: no table in common.
     let busy = [Step::between(12, 12, 1), Step::between(12, 12, 2), Step::between(12, 12, 3)];
     let calm = [Step::between(10, 10, 1), Step::between(10, 10, 1)];
-    let fresh = |steps: &[Step]| {
+    let fresh = |steps: &[Step], carried: f64| {
         let mut cache = TransitionCache::default();
-        let plan = best_plan(&profile, current, 0.0, steps, 60_000, &mut cache).unwrap();
+        let plan = best_plan(&profile, current, carried, steps, 60_000, &mut cache).unwrap();
         (plan, cache.stats().computed)
     };
-    let ((_, busy_outcomes), (calm_plan, calm_outcomes)) = (fresh(&busy), fresh(&calm));
+    let ((_, busy_outcomes), (_, calm_outcomes)) = (fresh(&busy, 0.0), fresh(&calm, 0.0));
     assert!(busy_outcomes > calm_outcomes, "{busy_outcomes} vs {calm_outcomes}");
     // Room for either, not both; the calm fleet's tables fit in half.
     let bound = busy_outcomes.max(2 * calm_outcomes) as usize;
     let mut cache = TransitionCache::with_bounds(bound, usize::MAX);
     best_plan(&profile, current, 0.0, &busy, 60_000, &mut cache).unwrap();
     best_plan(&profile, current, 0.0, &calm, 60_000, &mut cache).unwrap();
+    // Planned again with a migration carried in: the same tables, but not a
+    // plan the cache can recall.
     let before = cache.stats();
-    let again = best_plan(&profile, current, 0.0, &calm, 60_000, &mut cache).unwrap();
+    let again = best_plan(&profile, current, 1_000.0, &calm, 60_000, &mut cache).unwrap();
     let after = cache.stats();
-    assert_eq!(again, calm_plan);
-    assert_eq!((after.evictions - before.evictions, after.clears), (1, 0), "{after:?}");
+    assert_eq!(again, fresh(&calm, 1_000.0).0);
+    assert_eq!((after.evictions - before.evictions, after.clears, after.recalled), (1, 0, 0), "{after:?}");
     assert_eq!(after.misses, before.misses, "the calm fleet's tables were kept");
     // The busy fleet's were dropped, and are computed again as they were.
-    let busy_again = best_plan(&profile, current, 0.0, &busy, 60_000, &mut cache).unwrap();
-    assert_eq!(busy_again, fresh(&busy).0);
+    let busy_again = best_plan(&profile, current, 1_000.0, &busy, 60_000, &mut cache).unwrap();
+    assert_eq!(busy_again, fresh(&busy, 1_000.0).0);
     assert!(cache.stats().misses > after.misses, "{:?}", cache.stats());
 }
 
@@ -1740,7 +1742,9 @@ fn recourse_kept_between_calls_prices_as_afresh() {
         (&falling, 0.2, 1.0, None),
         (&calm, 0.3, 1.0, cfg(3, 2)),
         (&falling, 0.1, 0.7, cfg(2, 2)),
-        (&calm, 0.2, 1.0, None),
+        // Not the first call's inputs again: that plan would be recalled
+        // (`a_repeated_call_is_recalled_bit_for_bit`), not priced.
+        (&calm, 0.25, 1.0, None),
     ];
     let (mut kept, mut credited) = (TransitionCache::default(), 0);
     for (k, &(steps, p, share, first)) in calls.iter().enumerate() {
@@ -1754,4 +1758,67 @@ fn recourse_kept_between_calls_prices_as_afresh() {
         credited += usize::from(afresh.objective > plan(&mut TransitionCache::default(), 0.0).objective);
     }
     assert!(credited >= 3, "the credit changes several calls' objective ({credited} of 8)");
+}
+
+/// A call with exactly the inputs of one of the last few is answered with
+/// that plan, bit for bit, without running the program; a change to any
+/// input the plan depends on (a sign of zero included) runs it, and the work
+/// limit, which can only stop a program, is not such an input.
+#[test]
+fn a_repeated_call_is_recalled_bit_for_bit() {
+    let profile = toy_profile(&[(1, 2, 26.0), (2, 2, 50.0), (1, 4, 45.0), (2, 3, 78.0), (2, 4, 80.0)], 0.0);
+    let steps = [step(9, 1, 0), step(8, 0, 0), step(8, 0, 1), step(9, 0, 0)];
+    let churn = vec![
+        vec![Churn { extra: 1, probability: 0.2 }],
+        vec![],
+        vec![],
+        vec![Churn { extra: 2, probability: 0.1 }],
+    ];
+    let base = PlanOptions { recourse: 1.0, terminal_ms: 600_000.0, ..PlanOptions::default() };
+    type Change = fn(&mut PlanOptions, &mut f64, &mut Vec<Vec<Churn>>);
+    let changes: [(&str, Change); 9] = [
+        ("carried", |_, c, _| *c = 500.0),
+        ("churn probability", |_, _, ch| ch[0][0].probability = 0.25),
+        ("churn burst", |_, _, ch| ch[3][0].extra = 3),
+        ("terminal", |o, _, _| o.terminal_ms = 300_000.0),
+        ("recourse share", |o, _, _| o.recourse = 0.5),
+        ("first layout", |o, _, _| o.first = cfg(2, 3)),
+        ("at risk", |o, _, _| o.at_risk = Some(100.0)),
+        ("notice", |o, _, _| o.recovery = Recovery::with_notice(120_000.0, 1.0)),
+        ("negative zero", |o, _, _| o.recourse = -0.0),
+    ];
+    let plan = |cache: &mut TransitionCache, options: PlanOptions, carried: f64, churn: &[Vec<Churn>]| {
+        best_plan_scored(&profile, cfg(2, 4), carried, &steps, churn, 60_000, options, cache).unwrap()
+    };
+    let mut cache = TransitionCache::default();
+    let first = plan(&mut cache, base, 0.0, &churn);
+    let before = cache.stats();
+    // Again, and again under another work limit: recalled.
+    assert_eq!(plan(&mut cache, base, 0.0, &churn), first);
+    let limited = PlanOptions { work_limit: Some(u64::MAX / 2), ..base };
+    assert_eq!(plan(&mut cache, limited, 0.0, &churn), first);
+    let after = cache.stats();
+    assert_eq!(
+        (after.recalled, after.plans - before.plans, after.weighed),
+        (2, 2, before.weighed),
+        "{after:?}"
+    );
+    for (name, change) in changes {
+        let (mut options, mut carried, mut changed) = (base, 0.0, churn.clone());
+        change(&mut options, &mut carried, &mut changed);
+        let recalled = cache.stats().recalled;
+        let planned = plan(&mut cache, options, carried, &changed);
+        assert_eq!(cache.stats().recalled, recalled, "{name}: recalled");
+        assert_eq!(planned, plan(&mut TransitionCache::default(), options, carried, &changed), "{name}");
+        assert_eq!(
+            planned.objective.to_bits(),
+            plan(&mut TransitionCache::default(), options, carried, &changed).objective.to_bits(),
+            "{name}"
+        );
+    }
+    // Nine plans since: the base plan is no longer kept, and the program
+    // finds it again.
+    let recalled = cache.stats().recalled;
+    assert_eq!(plan(&mut cache, base, 0.0, &churn), first);
+    assert_eq!(cache.stats().recalled, recalled, "more than eight plans since: run again");
 }
