@@ -470,8 +470,6 @@ pub(super) struct OutcomeTerms {
     pub(super) resets: bool,
 }
 
-const _: () = assert!(std::mem::size_of::<Head>() == 64);
-
 /// Table entry of a transition not computed yet.
 const MISSING: u32 = u32::MAX;
 
@@ -508,7 +506,7 @@ pub(super) struct DistributionStore {
     /// index in `heads` or [`MISSING`].
     tables: Vec<PairTable>,
     /// `(start, len)` of a distribution's outcomes in `outs`.
-    heads: Vec<Head>,
+    heads: Vec<(usize, usize)>,
     /// Every stored distribution's outcomes, back to back.
     pub(super) outs: Vec<OutcomeTerms>,
     /// Table entries held: allocated for dense tables, filled for sparse ones.
@@ -612,9 +610,9 @@ impl DistributionStore {
         let mut renumbered = vec![usize::MAX; old_tables.len()];
         for (t, table) in old_tables.into_iter().enumerate().filter(|&(t, _)| keep[t]) {
             let mut move_head = |head: &mut u32| {
-                let kept = old_heads[*head as usize];
-                self.heads.push(Head { start: self.outs.len(), ..kept });
-                self.outs.extend_from_slice(&old_outs[kept.outcomes()]);
+                let (start, len) = old_heads[*head as usize];
+                self.heads.push((self.outs.len(), len));
+                self.outs.extend_from_slice(&old_outs[start..start + len]);
                 // Fewer heads than before, so the index fits as it did.
                 *head = (self.heads.len() - 1) as u32;
             };
@@ -696,12 +694,11 @@ impl DistributionStore {
         step: Step,
         from: Option<usize>,
         to: usize,
-    ) -> Result<(usize, usize, u32), LiveputError> {
+    ) -> Result<(usize, usize), LiveputError> {
         let head = self.tables[table].get(slot);
         if head != MISSING {
             self.stats.hits += 1;
-            let Head { start, len, .. } = self.heads[head as usize];
-            return Ok((start, len as usize, head));
+            return Ok(self.heads[head as usize]);
         }
         self.compute_entry(table, slot, ctx, step, from, to)
     }
@@ -717,7 +714,7 @@ impl DistributionStore {
         step: Step,
         from: Option<usize>,
         to: usize,
-    ) -> Result<(usize, usize, u32), LiveputError> {
+    ) -> Result<(usize, usize), LiveputError> {
         if let Some(limit) = ctx.work_limit.filter(|&limit| self.stats.work() > limit) {
             return Err(LiveputError::WorkLimit { limit });
         }
@@ -742,16 +739,8 @@ impl DistributionStore {
             abandon: if o.kind == MigrationKind::Restart { o.concurrent_ms } else { f64::INFINITY },
             resets: o.lost_work,
         }));
-        let len = self.outs.len() - start;
-        let head = Head {
-            start,
-            len: u32::try_from(len)
-                .map_err(|_| LiveputError::Numerical { reason: "distribution too large" })?,
-            busy: self.outs[start..].iter().map(|o| o.p * o.d).sum(),
-            rested: false,
-            at_rest: AtRest::default(),
-        };
-        self.table_outs[table] += len;
+        let head = (start, self.outs.len() - start);
+        self.table_outs[table] += head.1;
         let index = u32::try_from(self.heads.len())
             .ok()
             .filter(|&i| i != MISSING)
@@ -764,72 +753,8 @@ impl DistributionStore {
                 self.table_entries += 1;
             }
         }
-        Ok((start, len, index))
+        Ok(head)
     }
-
-    /// The sums over stored distribution `head` that `sum` makes for a pair
-    /// at rest (nothing carried, nothing capped) with throughput and lost-work
-    /// scale `thr` and `lost_scale` over intervals of `interval_ms`:
-    /// computed once and kept while those three stay the same. A front mostly
-    /// holds one such pair, and the same transitions recur in every program
-    /// of a call and in the calls after, so this spares the outcome loop.
-    #[inline]
-    pub(super) fn at_rest(
-        &mut self,
-        head: u32,
-        thr: f64,
-        lost_scale: f64,
-        interval_ms: f64,
-        sum: impl FnOnce(&[OutcomeTerms]) -> (f64, f64),
-    ) -> (f64, f64) {
-        let key = [thr.to_bits(), lost_scale.to_bits(), interval_ms.to_bits()];
-        let head = &mut self.heads[head as usize];
-        if head.rested && head.at_rest.key == key {
-            return head.at_rest.sums;
-        }
-        let sums = sum(&self.outs[head.outcomes()]);
-        (head.rested, head.at_rest) = (true, AtRest { key, sums });
-        sums
-    }
-
-    /// The expected migration time of stored distribution `head`, ms (the
-    /// sum of `p x d` over its outcomes, in order).
-    #[inline]
-    pub(super) fn busy(&self, head: u32) -> f64 {
-        self.heads[head as usize].busy
-    }
-}
-
-/// One stored distribution: where its outcomes lie in the store's, their
-/// expected migration time ([`DistributionStore::busy`]) and their sums for a
-/// pair at rest once asked for ([`DistributionStore::at_rest`]). One cache
-/// line: a program's lookup reads it all, and the outcomes themselves
-/// (several lines) only when it has to.
-#[derive(Debug, Clone, Copy)]
-#[repr(align(64))]
-struct Head {
-    start: usize,
-    len: u32,
-    /// Whether `at_rest` holds sums (an `Option` would not fit the line).
-    rested: bool,
-    busy: f64,
-    at_rest: AtRest,
-}
-
-impl Head {
-    /// Where its outcomes lie in the store's.
-    fn outcomes(&self) -> std::ops::Range<usize> {
-        self.start..self.start + self.len as usize
-    }
-}
-
-/// One distribution's sums for a pair at rest ([`DistributionStore::at_rest`]),
-/// and the bits of the throughput, lost-work scale and interval they were
-/// summed with.
-#[derive(Debug, Clone, Copy, Default)]
-struct AtRest {
-    key: [u64; 3],
-    sums: (f64, f64),
 }
 
 /// The cache key of a step's distributions. With nobody preempted the

@@ -129,23 +129,16 @@
 //! the same arithmetic, in the same order, as `liveput()` does: the numbers are
 //! identical, not just close (tested).
 //!
-//! Four things keep this fast without changing a bit of it:
+//! Three things keep this fast without changing a bit of it:
 //! - **Plans recalled.** A program asked again with exactly the inputs of one
 //!   of the last few is answered with that plan (`recall`): the online
 //!   policy's shadows and deferred plan often repeat its plan's program.
-//! - **Sums at rest.** A front mostly holds a single pair, with nothing
-//!   carried. Its sums over a distribution's outcomes depend only on the
-//!   distribution, the new layout's speed and the old one's lost-work scale,
-//!   so the store keeps them beside the distribution (`DistributionStore::at_rest`)
-//!   and every later program and call reads them instead of the outcomes.
 //! - **Stopping the search for predecessors early.** Predecessors are tried
 //!   in tie order. Once even the most valuable front left, plus the most one
 //!   interval can train, cannot beat the best pair found, none of them can,
 //!   so the search for that state stops (`Work::live_tops`).
-//! - **Lookups that touch little memory.** A stored distribution's place,
-//!   its expected migration time (what the recourse reads) and its sums at
-//!   rest share one cache line. The tables are found by their key with one
-//!   multiply, not a tree search.
+//! - **Tables found by a multiply.** A scenario's table is found by its key
+//!   with one multiply per word, not a tree search.
 //!
 //! # Conventions
 //!

@@ -129,11 +129,6 @@ struct ScenarioOutcomes {
     start: usize,
     /// One past the last outcome.
     end: usize,
-    /// Its entry in the store.
-    head: u32,
-    /// Its samples and leftover for a pair at rest, when the front has one
-    /// ([`DistributionStore::at_rest`]).
-    at_rest: Option<(f64, f64)>,
 }
 
 /// What one planning call has checked and prepared for the program.
@@ -561,34 +556,14 @@ impl<'a> Program<'a> {
             // (inconsistent steps, or `current`) counts as nothing running.
             let from = (f < self.pause && layouts[f].instances <= before).then_some(f);
             let slot = store.slot(from.unwrap_or(self.pause), to);
-            let preds = &points[start..start + len];
-            // A cold start (or a layout that no longer fits) loses nothing.
-            let lost_scale = from.map_or(0.0, |f| self.lost_scale(i, f));
-            // A move with a pair at rest among its predecessors (the front
-            // of a stay mostly holds just that pair) reads that pair's sums
-            // from the store.
-            let at_rest = (t < self.pause && !self.capped())
-                .then(|| self.thr(i, t))
-                .filter(|_| preds.iter().any(|q| q.leftover.to_bits() == 0 && q.at_risk == f64::INFINITY));
             outcomes.clear();
             for s in scenarios.iter() {
-                let (o_start, o_len, head) = store.entry(s.table, slot, self.ctx, s.step, from, to)?;
+                let (o_start, o_len) = store.entry(s.table, slot, self.ctx, s.step, from, to)?;
                 outcomes.push(ScenarioOutcomes {
                     weight: s.probability,
                     start: o_start,
                     end: o_start + o_len,
-                    head,
-                    at_rest: None,
                 });
-            }
-            if let Some(thr) = at_rest {
-                for o in outcomes.iter_mut() {
-                    o.at_rest = Some(store.at_rest(o.head, thr, lost_scale, self.interval_ms, |outs| {
-                        let (samples, leftover, _, _) =
-                            scenario_sums(outs, thr, lost_scale, 0.0, f64::INFINITY, self.interval_ms);
-                        (samples, leftover)
-                    }));
-                }
             }
             let exposure = match self.parked_state(f) {
                 Some(parked) => {
@@ -603,8 +578,11 @@ impl<'a> Program<'a> {
                 }
                 None => Rollbacks { scenarios: &[], lost_scale: 1.0 },
             };
+            let preds = &points[start..start + len];
             let terms: usize = outcomes.iter().map(|o| o.end - o.start).sum();
             store.stats.weighed += (preds.len() * terms) as u64;
+            // A cold start (or a layout that no longer fits) loses nothing.
+            let lost_scale = from.map_or(0.0, |f| self.lost_scale(i, f));
             if t >= self.pause {
                 let pause = Pause {
                     outs: &store.outs,
@@ -663,11 +641,11 @@ impl<'a> Program<'a> {
         f: usize,
         r: usize,
     ) -> Result<f64, LiveputError> {
-        let (_, len, head) = store.entry(table, store.slot(f, r), self.ctx, step, Some(f), r)?;
+        let (start, len) = store.entry(table, store.slot(f, r), self.ctx, step, Some(f), r)?;
         // Counted as the program's own terms are, so a caller held to a work
         // limit (a guest's fuel) counts this too.
         store.stats.weighed += len as u64;
-        let busy = store.busy(head);
+        let busy: f64 = store.outs[start..start + len].iter().map(|o| o.p * o.d).sum();
         Ok(self.thr(i, r) * (self.interval_ms - busy) / 1000.0)
     }
 
@@ -873,15 +851,9 @@ impl<'a> Program<'a> {
                 let step =
                     Step { instances_before: exposed_fleet(s.step.instances_before, config), ..s.step };
                 let table = store.table(table_key(step));
-                let (start, len, head) =
+                let (start, len) =
                     store.entry(table, slot, self.ctx, step, Some(parked.layout), self.pause)?;
-                exposed.push(ScenarioOutcomes {
-                    weight: s.probability,
-                    start,
-                    end: start + len,
-                    head,
-                    at_rest: None,
-                });
+                exposed.push(ScenarioOutcomes { weight: s.probability, start, end: start + len });
             }
             exposed_ranges[k] = (first, exposed.len() - first);
         }
@@ -921,7 +893,7 @@ impl<'a> Program<'a> {
             let mut lost = 0.0f64;
             for &(probability, step) in &steady[0] {
                 let table = store.table(table_key(step));
-                let (start, len, _) = store.entry(table, store.slot(t, t), self.ctx, step, Some(t), t)?;
+                let (start, len) = store.entry(table, store.slot(t, t), self.ctx, step, Some(t), t)?;
                 for o in store.outs[start..start + len].iter().filter(|o| o.lost * unit > 0.0) {
                     let restarting = thr * o.d.min(self.interval_ms) / 1000.0;
                     lost += probability * o.p * (restarting + o.lost * unit);
@@ -1110,21 +1082,21 @@ impl Move<'_> {
         // Uncapped (the online policy's path) the work at risk stays infinite:
         // what it would need is not summed.
         let tracked = at_risk.is_finite();
-        // The sums `scenario_sums` makes with these very arguments, kept.
-        let at_rest = carried.to_bits() == 0 && at_risk == f64::INFINITY;
         let (mut samples, mut leftover, mut gross, mut resets) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
         for s in self.scenarios {
-            let (part, left, g, r) = match s.at_rest.filter(|_| at_rest) {
-                Some((part, left)) => (part, left, 0.0, 0.0),
-                None => scenario_sums(
-                    &self.outs[s.start..s.end],
-                    self.thr,
-                    self.lost_scale,
-                    carried,
-                    at_risk,
-                    interval_ms,
-                ),
-            };
+            let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+            for o in &self.outs[s.start..s.end] {
+                let busy = carried.min(o.abandon) + o.d;
+                let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
+                part += o.p * (trained - rolled_back(o.lost * self.lost_scale, at_risk));
+                left += o.p * (busy - interval_ms).max(0.0);
+                if tracked {
+                    g += o.p * trained;
+                    if o.resets {
+                        r += o.p;
+                    }
+                }
+            }
             if single {
                 (samples, leftover, gross, resets) = (part, left, g, r);
             } else {
@@ -1140,36 +1112,6 @@ impl Move<'_> {
         let after = if tracked { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
         (samples, leftover, after)
     }
-}
-
-/// One scenario's sums over its outcomes `outs` of a move into a layout of
-/// throughput `thr` (see [`Move::value`]): samples, leftover, and, when
-/// `at_risk` is finite, the gross samples and the probability of a reset
-/// (else 0 and 0).
-#[inline]
-fn scenario_sums(
-    outs: &[OutcomeTerms],
-    thr: f64,
-    lost_scale: f64,
-    carried: f64,
-    at_risk: f64,
-    interval_ms: f64,
-) -> (f64, f64, f64, f64) {
-    let tracked = at_risk.is_finite();
-    let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-    for o in outs {
-        let busy = carried.min(o.abandon) + o.d;
-        let trained = thr * (interval_ms - busy).max(0.0) / 1000.0;
-        part += o.p * (trained - rolled_back(o.lost * lost_scale, at_risk));
-        left += o.p * (busy - interval_ms).max(0.0);
-        if tracked {
-            g += o.p * trained;
-            if o.resets {
-                r += o.p;
-            }
-        }
-    }
-    (part, left, g, r)
 }
 
 /// The transition into a pause.
