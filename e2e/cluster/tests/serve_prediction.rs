@@ -20,7 +20,9 @@ fn a_measured_deployment_profile_makes_serve_predict_itself() {
         .current_dir(root)
         .arg("profile-serving")
         .args(["--worker-bin", worker.to_str().unwrap()])
-        .args(["--instances", "3", "--seconds-per-config", "0.6", "--passes", "1", "--batches", "1,2"])
+        // A second per layout: at 0.6 s a pipeline of three on a loaded 2-core machine once
+        // finished too few iterations to take a median of ("too few iterations measured").
+        .args(["--instances", "3", "--seconds-per-config", "1.0", "--passes", "1", "--batches", "1,2"])
         // The one-process terms from the committed measurement (`parcae-worker profile-serving`
         // has its own tests), so the test times the deployment only.
         .args(["--base", "data/profiles/serving-worker-gpt-cpu-measured.json"])
