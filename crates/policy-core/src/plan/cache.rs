@@ -155,8 +155,9 @@ pub struct TransitionCache {
     last_layouts: Vec<ParallelConfig>,
     store: DistributionStore,
     work: Work,
-    /// The last plans found and their inputs ([`super::recall`]).
-    recent: RecentPlans,
+    /// The last plans found and their inputs ([`super::recall`]): `plan`
+    /// keeps each plan it finds here.
+    pub(super) recent: RecentPlans,
 }
 
 impl Default for TransitionCache {
@@ -224,15 +225,15 @@ impl TransitionCache {
 
     /// The plan found before from exactly `inputs`, if it is still kept
     /// (counted in [`CacheStats::recalled`]).
-    pub(super) fn recall(&mut self, inputs: &PlanInputs) -> Option<ScoredPlan> {
-        let plan = self.recent.recall(inputs).cloned();
+    pub(super) fn recall(
+        &mut self,
+        inputs: &PlanInputs,
+        profile: &ModelProfile,
+        speeds: Option<&[&ModelProfile]>,
+    ) -> Option<ScoredPlan> {
+        let plan = self.recent.recall(inputs, profile, speeds).cloned();
         self.store.stats.recalled += u64::from(plan.is_some());
         plan
-    }
-
-    /// Keep `plan`, found from `inputs`, for [`TransitionCache::recall`].
-    pub(super) fn keep(&mut self, inputs: PlanInputs, plan: ScoredPlan) {
-        self.recent.keep(inputs, plan);
     }
 
     /// Lend the program its two halves: the distributions and its buffers.

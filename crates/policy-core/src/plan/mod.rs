@@ -604,15 +604,14 @@ fn plan(
     if let Some(config) = options.first.filter(|&c| ctx.layouts.iter().all(|l| l.config != c)) {
         return Err(LiveputError::UnknownConfig { config });
     }
-    let rows = speeds.map(|speeds| speed_rows(&ctx, speeds)).transpose()?;
     let states: Vec<ParallelConfig> = ctx.layouts.iter().map(|l| l.config).collect();
     cache.begin(profile, &options.recovery, &states);
     let options = PlanOptions { max_front: options.max_front.clamp(2, 1 << 16), ..options };
-    let inputs =
-        recall::PlanInputs::new(profile, speeds, current, carried_ms, steps, churn, interval_ms, &options);
-    if let Some(plan) = cache.recall(&inputs) {
+    let inputs = recall::PlanInputs::new(current, carried_ms, steps, churn, interval_ms, &options);
+    if let Some(plan) = cache.recall(&inputs, profile, speeds) {
         return Ok(plan);
     }
+    let rows = speeds.map(|speeds| speed_rows(&ctx, speeds)).transpose()?;
     let horizon = Horizon {
         steps,
         mixtures: &mixtures,
@@ -625,7 +624,7 @@ fn plan(
     };
     let (store, work) = cache.parts();
     let plan = program::run(&ctx, &horizon, options, store, work)?;
-    cache.keep(inputs, plan.clone());
+    cache.recent.keep(inputs, profile, speeds, plan.clone());
     Ok(plan)
 }
 

@@ -20,22 +20,18 @@ use crate::{ModelProfile, ParallelConfig};
 /// its repeats come from the same call or the one before.
 const KEPT: usize = 8;
 
-/// Everything a program's plan is computed from: the profiles compared as
-/// values, the rest as bits (so `-0.0` and `0.0`, equal as numbers, are
-/// different inputs).
+/// Everything a program's plan is computed from but its profiles (compared
+/// as values, and cloned only when a plan is kept), as bits: so `-0.0` and
+/// `0.0`, equal as numbers, are different inputs.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct PlanInputs {
-    profile: ModelProfile,
-    speeds: Option<Vec<ModelProfile>>,
     bits: Vec<u64>,
 }
 
 impl PlanInputs {
-    /// The inputs of one planning call (see `plan`'s parameters).
-    #[allow(clippy::too_many_arguments, reason = "the planning call's inputs, as `plan` takes them")]
+    /// The inputs of one planning call besides its profiles (see `plan`'s
+    /// parameters).
     pub(super) fn new(
-        profile: &ModelProfile,
-        speeds: Option<&[&ModelProfile]>,
         current: Option<ParallelConfig>,
         carried_ms: f64,
         steps: &[Step],
@@ -91,36 +87,66 @@ impl PlanInputs {
         number(&mut bits, at_risk);
         layout(&mut bits, parked.map(|p| p.layout));
         bits.push(parked.map_or(0, |p| u64::from(p.boundaries_left)));
-        PlanInputs {
-            profile: profile.clone(),
-            speeds: speeds.map(|s| s.iter().map(|&p| p.clone()).collect()),
-            bits,
-        }
+        PlanInputs { bits }
+    }
+}
+
+/// One kept plan and what it was planned from.
+#[derive(Debug, Clone)]
+struct Kept {
+    inputs: PlanInputs,
+    profile: ModelProfile,
+    speeds: Option<Vec<ModelProfile>>,
+    plan: ScoredPlan,
+}
+
+impl Kept {
+    /// Whether it was planned from exactly these inputs and profiles.
+    fn matches(&self, inputs: &PlanInputs, profile: &ModelProfile, speeds: Option<&[&ModelProfile]>) -> bool {
+        // Cheapest first: the bits differ between most programs.
+        self.inputs == *inputs
+            && self.profile == *profile
+            && match (&self.speeds, speeds) {
+                (None, None) => true,
+                (Some(kept), Some(given)) => {
+                    kept.len() == given.len() && kept.iter().zip(given).all(|(k, &g)| k == g)
+                }
+                _ => false,
+            }
     }
 }
 
 /// The last [`KEPT`] plans found, oldest first.
 #[derive(Debug, Clone, Default)]
 pub(super) struct RecentPlans {
-    kept: std::collections::VecDeque<(PlanInputs, ScoredPlan)>,
+    kept: std::collections::VecDeque<Kept>,
 }
 
 impl RecentPlans {
-    /// The plan found from exactly `inputs`, if it is still kept.
-    pub(super) fn recall(&self, inputs: &PlanInputs) -> Option<&ScoredPlan> {
-        // Cheapest first: the bits differ between most programs.
-        self.kept
-            .iter()
-            .rev()
-            .find(|(kept, _)| kept.bits == inputs.bits && kept == inputs)
-            .map(|(_, plan)| plan)
+    /// The plan found from exactly `inputs` and these profiles, if it is
+    /// still kept.
+    pub(super) fn recall(
+        &self,
+        inputs: &PlanInputs,
+        profile: &ModelProfile,
+        speeds: Option<&[&ModelProfile]>,
+    ) -> Option<&ScoredPlan> {
+        self.kept.iter().rev().find(|k| k.matches(inputs, profile, speeds)).map(|k| &k.plan)
     }
 
-    /// Keep `plan`, found from `inputs`, dropping the oldest past [`KEPT`].
-    pub(super) fn keep(&mut self, inputs: PlanInputs, plan: ScoredPlan) {
+    /// Keep `plan`, found from `inputs` and these profiles, dropping the
+    /// oldest past [`KEPT`].
+    pub(super) fn keep(
+        &mut self,
+        inputs: PlanInputs,
+        profile: &ModelProfile,
+        speeds: Option<&[&ModelProfile]>,
+        plan: ScoredPlan,
+    ) {
         if self.kept.len() == KEPT {
             self.kept.pop_front();
         }
-        self.kept.push_back((inputs, plan));
+        let speeds = speeds.map(|s| s.iter().map(|&p| p.clone()).collect());
+        self.kept.push_back(Kept { inputs, profile: profile.clone(), speeds, plan });
     }
 }
