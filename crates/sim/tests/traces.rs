@@ -596,9 +596,11 @@ fn recovery_table() {
 /// Where instances live minutes (41 places of 6-9 minutes refilled after one,
 /// g4dn, GPT-1.5B, 30 s intervals and notice, horizon 16), every burst size
 /// is seen and the count changes every interval: unbounded, one call of the
-/// default planned about 58 million units of work (1.19e10 fuel, six times
-/// a guest's budget; the sandbox quarantined it and the run was reactive's,
-/// 14.5% of the Oracle). Past its work allowance a call finishes with bursts
+/// default once planned about 58 million units of work (1.19e10 fuel, six
+/// times a guest's budget; the sandbox quarantined it and the run was
+/// reactive's, 14.5% of the Oracle). With repeated programs recalled it
+/// still plans about 21 million, three and a half allowances, so the
+/// allowance must bind. Past its work allowance a call finishes with bursts
 /// pooled, and the next starts pooled; past a tenth more it plans the
 /// observed interval alone: no call here comes near that.
 #[test]
@@ -643,7 +645,7 @@ fn the_default_bounds_its_work_where_instances_live_minutes() {
     let (unbounded, _) = heaviest(Counted(free, Vec::new(), false));
     println!("heaviest call of the first half hour: {unbounded} units unbounded, {bounded} bounded");
     assert!(pooled, "the allowance never pooled the bursts");
-    assert!(unbounded > 4 * DEFAULT_WORK_ALLOWANCE, "unbounded, the heaviest call did {unbounded}");
+    assert!(unbounded > 3 * DEFAULT_WORK_ALLOWANCE, "unbounded, the heaviest call did {unbounded}");
     // The pooled limit (a tenth past the allowance), overshot by at most
     // an interval's work.
     assert!(bounded < 6 * DEFAULT_WORK_ALLOWANCE / 5, "bounded, the heaviest call did {bounded}");
