@@ -42,6 +42,22 @@ struct Rows {
     next: Vec<f64>,
     cur_m: Vec<f64>,
     next_m: Vec<f64>,
+    /// `cur` after each stage (`n + 1` per stage) of the last run that saved
+    /// them: where a threshold sweep's next run may resume.
+    saved: Vec<f64>,
+}
+
+/// Where [`Hyper::program_from`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// From the first stage, nothing saved.
+    Afresh,
+    /// From the first stage, the rows after each saved.
+    Saving,
+    /// From this stage, on the rows a saving run left after the one before
+    /// (that run's allowed counts being the same for every stage before it),
+    /// saving the rest.
+    After(usize),
 }
 
 /// Stage-holder preemptions `c <= split` leave enough holders for the new
@@ -131,11 +147,23 @@ impl Hyper {
         allowed: impl Fn(usize, usize) -> bool,
         value: Option<&dyn Fn(usize, usize) -> f64>,
     ) -> Option<(usize, usize)> {
+        self.program_from(Resume::Afresh, allowed, value)
+    }
+
+    /// [`Hyper::program`], its rows after each stage saved, or resumed from
+    /// those a saving run left ([`Resume`]).
+    fn program_from(
+        &self,
+        resume: Resume,
+        allowed: impl Fn(usize, usize) -> bool,
+        value: Option<&dyn Fn(usize, usize) -> f64>,
+    ) -> Option<(usize, usize)> {
         let n = self.n;
+        let width = n + 1;
         let kmax = self.w.len() - 1;
         let spare_max = self.spare.len() - 1;
         let mut rows = self.rows.borrow_mut();
-        let Rows { cur, next, cur_m, next_m } = &mut *rows;
+        let Rows { cur, next, cur_m, next_m, saved } = &mut *rows;
         let moments = if value.is_some() { n + 1 } else { 0 };
         for (row, len) in
             [(&mut *cur, n + 1), (&mut *next, n + 1), (&mut *cur_m, moments), (&mut *next_m, moments)]
@@ -143,15 +171,33 @@ impl Hyper {
             row.clear();
             row.resize(len, 0.0);
         }
-        cur[0] = 1.0;
-        let (mut lo, mut hi) = (0usize, 0usize);
-        for j in 0..self.stages {
+        // The count's range after each stage depends on nothing allowed.
+        let range_after = |j: usize, (lo, hi): (usize, usize)| {
             let remaining = self.stages - 1 - j;
             let new_lo = lo.max(n.saturating_sub(spare_max + remaining * kmax));
             let new_hi = (hi + kmax).min(n);
-            if new_lo > new_hi {
-                return None;
-            }
+            (new_lo <= new_hi).then_some((new_lo, new_hi))
+        };
+        let (mut lo, mut hi) = (0usize, 0usize);
+        let (first, save) = match resume {
+            Resume::Afresh => (0, false),
+            Resume::Saving => (0, true),
+            Resume::After(first) => (first.min(self.stages), true),
+        };
+        if save {
+            saved.resize(self.stages * width, 0.0);
+        }
+        for j in 0..first {
+            (lo, hi) = range_after(j, (lo, hi))?;
+        }
+        if first == 0 {
+            cur[0] = 1.0;
+        } else {
+            let at = (first - 1) * width;
+            cur[lo..=hi].copy_from_slice(&saved[at + lo..=at + hi]);
+        }
+        for j in first..self.stages {
+            let (new_lo, new_hi) = range_after(j, (lo, hi))?;
             next[new_lo..=new_hi].fill(0.0);
             if let Some(m) = next_m.get_mut(new_lo..=new_hi) {
                 m.fill(0.0);
@@ -182,8 +228,24 @@ impl Hyper {
             std::mem::swap(cur_m, next_m);
             lo = new_lo;
             hi = new_hi;
+            if save {
+                let at = j * width;
+                saved[at + lo..=at + hi].copy_from_slice(&cur[lo..=hi]);
+            }
         }
         Some((lo, hi))
+    }
+
+    /// [`Hyper::masses`] by [`Hyper::program_from`]: the sweep's runs, each
+    /// after the first resumed at the first stage whose allowed counts
+    /// changed (the stages before it are the same sums, so the same bits).
+    fn masses_from(&self, resume: Resume, allowed: impl Fn(usize, usize) -> bool, split: Split) -> [f64; 2] {
+        let Some((lo, hi)) = self.program_from(resume, allowed, None) else {
+            return [0.0; 2];
+        };
+        let rows = self.rows.borrow();
+        let [r, a, _] = self.fold(lo, &rows.cur[lo..=hi], &[], split);
+        [r, a]
     }
 
     fn masses(&self, allowed: impl Fn(usize, usize) -> bool, split: Split) -> [f64; 2] {
@@ -427,10 +489,21 @@ pub(super) fn distribution(
     // time: `A(t)` = mass migrating live with every stage time `<= t`. Past
     // the restart's own extra time a checkpoint-restart is cheaper: the rest
     // of the mass restarts.
+    // Each run after the first resumes at the first stage with a time
+    // between the last threshold and its own.
     let sweep = |thresholds: &[f64],
                  start: [f64; 2],
                  kind,
                  push: &mut dyn FnMut(f64, MigrationKind, f64, bool, f64)| {
+        let mut first_changed = vec![usize::MAX; thresholds.len()];
+        for j in 0..h.stages {
+            for k in (0..=k_top.min(d_old)).filter(|&k| live(j, k)) {
+                let i = thresholds.partition_point(|&t| t < time(j, k));
+                if let Some(first) = first_changed.get_mut(i) {
+                    *first = (*first).min(j);
+                }
+            }
+        }
         let mut prev = start;
         for (i, &t) in thresholds.iter().enumerate() {
             if model.restart_is_cheaper(t) {
@@ -439,7 +512,8 @@ pub(super) fn distribution(
             let a = if i + 1 == thresholds.len() {
                 nz
             } else {
-                h.masses(|j, k| live(j, k) && time(j, k) <= t, split)
+                let resume = if i == 0 { Resume::Saving } else { Resume::After(first_changed[i]) };
+                h.masses_from(resume, |j, k| live(j, k) && time(j, k) <= t, split)
             };
             for ty in 0..2 {
                 push((a[ty] - prev[ty]).max(0.0), kind, t + reconfigure[ty], false, 0.0);

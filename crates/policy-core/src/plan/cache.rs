@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::at_rest::AtRest;
 use super::layouts::PlanContext;
 use super::program::Work;
 use super::recall::{PlanInputs, RecentPlans};
@@ -185,6 +186,7 @@ impl TransitionCache {
                 table_outs: Vec::new(),
                 models: HashMap::new(),
                 shared: SharedByFrom::default(),
+                at_rest: AtRest::default(),
                 stats: CacheStats::default(),
                 columns: Vec::new(),
                 width: 0,
@@ -524,6 +526,9 @@ pub(super) struct DistributionStore {
     /// What the distributions of one old layout's pairs share under one step,
     /// kept as long as the pair models.
     shared: SharedByFrom,
+    /// What transitions with nothing carried in trained, by the place of
+    /// their outcomes in `outs`: emptied whenever those are dropped or moved.
+    pub(super) at_rest: AtRest,
     /// What [`TransitionCache::stats`] reports.
     pub(super) stats: CacheStats,
     /// Per program state of the current call (its layouts, then the pause),
@@ -544,6 +549,7 @@ impl DistributionStore {
         self.table_outs.clear();
         self.models.clear();
         self.shared.clear();
+        self.at_rest.clear();
         self.table_entries = 0;
     }
 
@@ -603,6 +609,8 @@ impl DistributionStore {
         if !keep.contains(&true) {
             return false;
         }
+        // The sums at rest name outcomes by their place, which moves.
+        self.at_rest.clear();
         let old_outs = std::mem::take(&mut self.outs);
         let old_heads = std::mem::take(&mut self.heads);
         let old_tables = std::mem::take(&mut self.tables);

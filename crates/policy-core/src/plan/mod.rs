@@ -129,7 +129,7 @@
 //! the same arithmetic, in the same order, as `liveput()` does: the numbers are
 //! identical, not just close (tested).
 //!
-//! Three things keep this fast without changing a bit of it:
+//! Five things keep this fast without changing a bit of it:
 //! - **Plans recalled.** A program asked again with exactly the inputs of one
 //!   of the last few is answered with that plan (`recall`): the online
 //!   policy's shadows and deferred plan often repeat its plan's program.
@@ -139,6 +139,15 @@
 //!   so the search for that state stops (`Work::live_tops`).
 //! - **Tables found by a multiply.** A scenario's table is found by its key
 //!   with one multiply per word, not a tree search.
+//! - **Sums at rest remembered.** A pair that carries nothing in, planned
+//!   without the work-at-risk rule, is priced by the distribution, the speed,
+//!   the lost work's scale and the interval alone: a fixed table keeps those
+//!   sums by all of them, bit for bit (`at_rest`), and gives them back to the
+//!   next program that prices the same pair.
+//! - **A threshold sweep resumed.** The distribution of the slowest stage's
+//!   time sums over the preemption counts once per threshold; each run after
+//!   the first resumes at the first stage whose allowed counts changed
+//!   (`liveput::exact`), the stages before it being the same sums.
 //!
 //! # Conventions
 //!
@@ -261,6 +270,7 @@
 //! - `scenarios`: the [`Churn`] hedged against, as a mixture of steps;
 //! - `program`: the dynamic program itself.
 
+mod at_rest;
 mod cache;
 mod layouts;
 mod program;

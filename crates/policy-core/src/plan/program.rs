@@ -5,6 +5,7 @@
 //! best final pair, traced back into a plan. See the module documentation of
 //! [`super`] for why it is exact.
 
+use super::at_rest::AtRest;
 use super::cache::{CacheStats, DistributionStore, OutcomeTerms, table_key};
 use super::layouts::{PlanContext, tie_order};
 use super::pruning::{pruned_states, tries_predecessor};
@@ -602,7 +603,7 @@ impl<'a> Program<'a> {
                     ceiling: self.risk_ceiling,
                     exposure,
                 };
-                found.offer_moves(preds, start, &into, self.interval_ms, t);
+                found.offer_moves(preds, start, &into, &mut store.at_rest, self.interval_ms, t);
             }
         }
         let best = found.best;
@@ -1077,26 +1078,26 @@ impl Move<'_> {
     /// after it (infinite stays infinite). One scenario: exactly its numbers;
     /// several: the probability-weighted sum of theirs. Out of a parked pause,
     /// less what its holders roll back at the boundary ([`Rollbacks`]).
-    fn value(&self, carried: f64, at_risk: f64, interval_ms: f64) -> Moved {
+    fn value(&self, carried: f64, at_risk: f64, interval_ms: f64, memo: &mut AtRest) -> Moved {
         let single = self.scenarios.len() == 1;
         // Uncapped (the online policy's path) the work at risk stays infinite:
         // what it would need is not summed.
         let tracked = at_risk.is_finite();
         let (mut samples, mut leftover, mut gross, mut resets) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        // Nothing carried in and nothing tracked: the sums depend on the
+        // outcomes, the speed, the lost work's scale and the interval alone.
+        let at_rest = !tracked && carried.to_bits() == 0;
         for s in self.scenarios {
-            let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
-            for o in &self.outs[s.start..s.end] {
-                let busy = carried.min(o.abandon) + o.d;
-                let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
-                part += o.p * (trained - rolled_back(o.lost * self.lost_scale, at_risk));
-                left += o.p * (busy - interval_ms).max(0.0);
-                if tracked {
-                    g += o.p * trained;
-                    if o.resets {
-                        r += o.p;
-                    }
-                }
-            }
+            let (part, left, g, r) = if at_rest {
+                let (part, left) =
+                    memo.sums((s.start, s.end - s.start), self.thr, self.lost_scale, interval_ms, || {
+                        let (part, left, _, _) = self.scenario_sums(s, carried, at_risk, interval_ms);
+                        (part, left)
+                    });
+                (part, left, 0.0, 0.0)
+            } else {
+                self.scenario_sums(s, carried, at_risk, interval_ms)
+            };
             if single {
                 (samples, leftover, gross, resets) = (part, left, g, r);
             } else {
@@ -1111,6 +1112,33 @@ impl Move<'_> {
         resets += exposed_resets;
         let after = if tracked { at_risk_after(at_risk, resets, gross, self.ceiling) } else { at_risk };
         (samples, leftover, after)
+    }
+
+    /// One scenario's `(samples, leftover, gross samples, probability of a
+    /// reset)` ([`Move::value`]; the last two only when `at_risk` is tracked).
+    #[inline]
+    fn scenario_sums(
+        &self,
+        s: &ScenarioOutcomes,
+        carried: f64,
+        at_risk: f64,
+        interval_ms: f64,
+    ) -> (f64, f64, f64, f64) {
+        let tracked = at_risk.is_finite();
+        let (mut part, mut left, mut g, mut r) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        for o in &self.outs[s.start..s.end] {
+            let busy = carried.min(o.abandon) + o.d;
+            let trained = self.thr * (interval_ms - busy).max(0.0) / 1000.0;
+            part += o.p * (trained - rolled_back(o.lost * self.lost_scale, at_risk));
+            left += o.p * (busy - interval_ms).max(0.0);
+            if tracked {
+                g += o.p * trained;
+                if o.resets {
+                    r += o.p;
+                }
+            }
+        }
+        (part, left, g, r)
     }
 }
 
@@ -1192,8 +1220,18 @@ impl Found<'_> {
 
     /// Offer the pairs of moving into layout `t` after each pair of a
     /// predecessor's front (`preds`, from arena index `first`).
-    fn offer_moves(&mut self, preds: &[Point], first: usize, into: &Move<'_>, interval_ms: f64, t: usize) {
-        self.offer_each(preds, first, t, into.bonus, |q| into.value(q.leftover, q.at_risk, interval_ms));
+    fn offer_moves(
+        &mut self,
+        preds: &[Point],
+        first: usize,
+        into: &Move<'_>,
+        memo: &mut AtRest,
+        interval_ms: f64,
+        t: usize,
+    ) {
+        self.offer_each(preds, first, t, into.bonus, |q| {
+            into.value(q.leftover, q.at_risk, interval_ms, memo)
+        });
     }
 
     /// Offer the pair that `step` makes of each pair of a predecessor's front,
@@ -1205,7 +1243,7 @@ impl Found<'_> {
         first: usize,
         t: usize,
         bonus: f64,
-        step: impl Fn(&Point) -> Moved,
+        mut step: impl FnMut(&Point) -> Moved,
     ) {
         for (k, q) in preds.iter().enumerate() {
             let (samples, leftover, at_risk) = step(q);

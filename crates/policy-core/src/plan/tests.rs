@@ -599,6 +599,33 @@ fn a_full_cache_drops_the_tables_used_least_recently() {
     assert!(cache.stats().misses > after.misses, "{:?}", cache.stats());
 }
 
+/// A cache evicting every few calls (its outcomes packed each time)
+/// plans every call exactly as a fresh cache does: nothing remembered by the
+/// place of a distribution's outcomes (the sums at rest, `plan::at_rest`)
+/// outlives the packing that moves them.
+#[test]
+fn a_cache_packed_again_and_again_plans_as_afresh() {
+    let profile = toy_profile(&POOL, 600_000.0);
+    let mut rng = SplitMix64(7);
+    let mut cache = TransitionCache::with_bounds(400, usize::MAX);
+    for call in 0..60 {
+        let before = 6 + rng.below(5);
+        let steps: Vec<Step> = (0..3)
+            .map(|_| {
+                let n = before + rng.below(3);
+                step(n, rng.below(3), rng.below(2))
+            })
+            .collect();
+        let current = cfg(1 + rng.below(2), 2);
+        let carried = if call % 3 == 0 { 1_000.0 } else { 0.0 };
+        let planned = best_plan(&profile, current, carried, &steps, 60_000, &mut cache).unwrap();
+        let fresh =
+            best_plan(&profile, current, carried, &steps, 60_000, &mut TransitionCache::default()).unwrap();
+        assert_eq!(planned, fresh, "call {call}: {steps:?} from {current:?}");
+    }
+    assert!(cache.stats().evictions > 5, "{:?}", cache.stats());
+}
+
 /// A plan held to a work limit stops at the first distribution it would
 /// compute past it, not at the end of the interval (one interval at a fleet
 /// size not seen yet computes one for every pair of layouts).
