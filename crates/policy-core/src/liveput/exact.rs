@@ -52,12 +52,11 @@ struct Rows {
 enum Resume {
     /// From the first stage, nothing saved.
     Afresh,
-    /// From the first stage, the rows after each saved.
-    Saving,
-    /// From this stage, on the rows a saving run left after the one before
-    /// (that run's allowed counts being the same for every stage before it),
-    /// saving the rest.
-    After(usize),
+    /// From this stage, on the rows the last saving run left after the one
+    /// before (that run's allowed counts being the same for every stage
+    /// before it), saving the rows after each stage it runs. `At(0)` runs
+    /// every stage.
+    At(usize),
 }
 
 /// Stage-holder preemptions `c <= split` leave enough holders for the new
@@ -104,7 +103,20 @@ impl Hyper {
         value: Option<&dyn Fn(usize, usize) -> f64>,
         split: Split,
     ) -> [f64; 3] {
-        let Some((lo, hi)) = self.program(allowed, value) else {
+        self.run_from(Resume::Afresh, allowed, value, split)
+    }
+
+    /// [`Hyper::run`] by [`Hyper::program_from`]: a sweep's runs, each after
+    /// the first resumed at the first stage whose allowed counts changed (the
+    /// stages before it are the same sums, so the same bits).
+    fn run_from(
+        &self,
+        resume: Resume,
+        allowed: impl Fn(usize, usize) -> bool,
+        value: Option<&dyn Fn(usize, usize) -> f64>,
+        split: Split,
+    ) -> [f64; 3] {
+        let Some((lo, hi)) = self.program_from(resume, allowed, value) else {
             return [0.0; 3];
         };
         let rows = self.rows.borrow();
@@ -181,8 +193,7 @@ impl Hyper {
         let (mut lo, mut hi) = (0usize, 0usize);
         let (first, save) = match resume {
             Resume::Afresh => (0, false),
-            Resume::Saving => (0, true),
-            Resume::After(first) => (first.min(self.stages), true),
+            Resume::At(first) => (first.min(self.stages), true),
         };
         if save {
             saved.resize(self.stages * width, 0.0);
@@ -236,20 +247,12 @@ impl Hyper {
         Some((lo, hi))
     }
 
-    /// [`Hyper::masses`] by [`Hyper::program_from`]: the sweep's runs, each
-    /// after the first resumed at the first stage whose allowed counts
-    /// changed (the stages before it are the same sums, so the same bits).
-    fn masses_from(&self, resume: Resume, allowed: impl Fn(usize, usize) -> bool, split: Split) -> [f64; 2] {
-        let Some((lo, hi)) = self.program_from(resume, allowed, None) else {
-            return [0.0; 2];
-        };
-        let rows = self.rows.borrow();
-        let [r, a, _] = self.fold(lo, &rows.cur[lo..=hi], &[], split);
-        [r, a]
+    fn masses(&self, allowed: impl Fn(usize, usize) -> bool, split: Split) -> [f64; 2] {
+        self.masses_from(Resume::Afresh, allowed, split)
     }
 
-    fn masses(&self, allowed: impl Fn(usize, usize) -> bool, split: Split) -> [f64; 2] {
-        let [r, a, _] = self.run(allowed, None, split);
+    fn masses_from(&self, resume: Resume, allowed: impl Fn(usize, usize) -> bool, split: Split) -> [f64; 2] {
+        let [r, a, _] = self.run_from(resume, allowed, None, split);
         [r, a]
     }
 
@@ -489,13 +492,16 @@ pub(super) fn distribution(
     // time: `A(t)` = mass migrating live with every stage time `<= t`. Past
     // the restart's own extra time a checkpoint-restart is cheaper: the rest
     // of the mass restarts.
-    // Each run after the first resumes at the first stage with a time
-    // between the last threshold and its own.
+    // The first run computes every stage; each after it resumes at the first
+    // stage with a time between the last threshold and its own.
     let sweep = |thresholds: &[f64],
                  start: [f64; 2],
                  kind,
                  push: &mut dyn FnMut(f64, MigrationKind, f64, bool, f64)| {
         let mut first_changed = vec![usize::MAX; thresholds.len()];
+        if let Some(first) = first_changed.first_mut() {
+            *first = 0;
+        }
         for j in 0..h.stages {
             for k in (0..=k_top.min(d_old)).filter(|&k| live(j, k)) {
                 let i = thresholds.partition_point(|&t| t < time(j, k));
@@ -512,8 +518,7 @@ pub(super) fn distribution(
             let a = if i + 1 == thresholds.len() {
                 nz
             } else {
-                let resume = if i == 0 { Resume::Saving } else { Resume::After(first_changed[i]) };
-                h.masses_from(resume, |j, k| live(j, k) && time(j, k) <= t, split)
+                h.masses_from(Resume::At(first_changed[i]), |j, k| live(j, k) && time(j, k) <= t, split)
             };
             for ty in 0..2 {
                 push((a[ty] - prev[ty]).max(0.0), kind, t + reconfigure[ty], false, 0.0);

@@ -19,9 +19,9 @@
 /// Slots in the table, a power of two: 2^16 of 56 bytes, 3.5 MiB.
 const SLOT_BITS: u32 = 16;
 
-/// One remembered pricing: its inputs as bits, and the sums.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
+/// What one pricing is computed from, as bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
     /// First outcome in the store's outcomes; `u64::MAX` for an empty slot.
     start: u64,
     /// Outcomes.
@@ -32,14 +32,18 @@ struct Slot {
     lost_scale: u64,
     /// The interval, ms.
     interval_ms: u64,
-    /// Samples trained less those rolled back.
-    samples: f64,
-    /// Expected migration time left over past the interval, ms.
-    leftover: f64,
+}
+
+/// One remembered pricing: its key, and the samples trained less those
+/// rolled back and the expected migration time left over past the interval.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    key: Key,
+    sums: (f64, f64),
 }
 
 const EMPTY: Slot =
-    Slot { start: u64::MAX, len: 0, thr: 0, lost_scale: 0, interval_ms: 0, samples: 0.0, leftover: 0.0 };
+    Slot { key: Key { start: u64::MAX, len: 0, thr: 0, lost_scale: 0, interval_ms: 0 }, sums: (0.0, 0.0) };
 
 /// The table of [`AtRest`] sums (allocated on first use).
 #[derive(Debug, Clone, Default)]
@@ -68,13 +72,12 @@ impl AtRest {
         if self.slots.is_empty() {
             self.slots = vec![EMPTY; 1 << SLOT_BITS];
         }
-        let key = Slot {
+        let key = Key {
             start: start as u64,
             len: len as u64,
             thr: thr.to_bits(),
             lost_scale: lost_scale.to_bits(),
             interval_ms: interval_ms.to_bits(),
-            ..EMPTY
         };
         let hash = (key.start.wrapping_mul(0x9E37_79B9_7F4A_7C15)
             ^ key.thr.wrapping_mul(0xC2B2_AE3D_27D4_EB4F)
@@ -82,14 +85,10 @@ impl AtRest {
             ^ key.interval_ms.rotate_left(41))
         .wrapping_mul(0xFF51_AFD7_ED55_8CCD);
         let slot = &mut self.slots[(hash >> (64 - SLOT_BITS)) as usize];
-        if (slot.start, slot.len, slot.thr, slot.lost_scale, slot.interval_ms)
-            == (key.start, key.len, key.thr, key.lost_scale, key.interval_ms)
-        {
-            return (slot.samples, slot.leftover);
+        if slot.key != key {
+            *slot = Slot { key, sums: compute() };
         }
-        let (samples, leftover) = compute();
-        *slot = Slot { samples, leftover, ..key };
-        (samples, leftover)
+        slot.sums
     }
 }
 
