@@ -65,7 +65,7 @@ pub use parcae_policy_core::liveput::MigrationMode;
 pub use peers::{Peer, PeerConstants, PeerError, PeerRun, PeerSettings};
 pub use planned::{
     liveput_truth, liveput_truth_cadenced, liveput_truth_under, oracle, oracle_cadenced, oracle_options,
-    oracle_under, plan_steps,
+    oracle_under, oracle_without_pauses, plan_steps,
 };
 
 use parcae_policy_core::at_risk;

@@ -46,15 +46,7 @@ pub fn oracle_under(
     interval_ms: u64,
     recovery: Recovery,
 ) -> Result<Vec<Option<ParallelConfig>>, SimError> {
-    if interval_ms == 0 {
-        return Err(SimError::ZeroInterval);
-    }
-    let mut cache = TransitionCache::default();
-    let options = oracle_options(recovery);
-    let planned =
-        plan::best_plan_with(profile, None, 0.0, &plan_steps(series), interval_ms, options, &mut cache)
-            .map_err(|source| SimError::CostModel { interval: 0, source })?;
-    Ok(planned.iter().map(|p| p.config).collect())
+    best_whole_trace(profile, None, series, interval_ms, oracle_options(recovery))
 }
 
 /// [`oracle_under`] when each interval trains under its own profile of
@@ -67,24 +59,57 @@ pub fn oracle_cadenced(
     interval_ms: u64,
     recovery: Recovery,
 ) -> Result<Vec<Option<ParallelConfig>>, SimError> {
-    if cadenced.is_constant() {
-        return oracle_under(cadenced.base(), series, interval_ms, recovery);
-    }
+    best_cadenced(cadenced, series, interval_ms, oracle_options(recovery))
+}
+
+/// [`oracle_cadenced`] that pauses only where no layout fits
+/// ([`PlanOptions::pause_by_choice`] off): it knows every count but cannot
+/// stop just before an unannounced loss, which is most of what puts the
+/// Oracle out of an online policy's reach where instances live an hour and
+/// every loss rolls back (the README's *Bounded lifetimes*). A reference,
+/// not a row every policy is held to: it scores at most the Oracle.
+pub fn oracle_without_pauses(
+    cadenced: &Cadenced,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    recovery: Recovery,
+) -> Result<Vec<Option<ParallelConfig>>, SimError> {
+    let options = PlanOptions { pause_by_choice: false, ..oracle_options(recovery) };
+    best_cadenced(cadenced, series, interval_ms, options)
+}
+
+/// The whole trace's best plan under `options`, each interval at its
+/// profile of `cadenced`.
+fn best_cadenced(
+    cadenced: &Cadenced,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    options: PlanOptions,
+) -> Result<Vec<Option<ParallelConfig>>, SimError> {
+    let speeds = (!cadenced.is_constant()).then(|| cadenced.speeds(0, series.len()));
+    best_whole_trace(cadenced.base(), speeds.as_deref(), series, interval_ms, options)
+}
+
+/// The whole trace's best plan under `options` from a cold start, at
+/// `profile`'s speeds or at `speeds` (one profile per interval and one after).
+fn best_whole_trace(
+    profile: &ModelProfile,
+    speeds: Option<&[&ModelProfile]>,
+    series: &[IntervalStats],
+    interval_ms: u64,
+    options: PlanOptions,
+) -> Result<Vec<Option<ParallelConfig>>, SimError> {
     if interval_ms == 0 {
         return Err(SimError::ZeroInterval);
     }
     let mut cache = TransitionCache::default();
-    let speeds = cadenced.speeds(0, series.len());
-    let planned = plan::best_plan_varying(
-        cadenced.base(),
-        &speeds,
-        None,
-        0.0,
-        &plan_steps(series),
-        interval_ms,
-        oracle_options(recovery),
-        &mut cache,
-    )
+    let steps = plan_steps(series);
+    let planned = match speeds {
+        None => plan::best_plan_with(profile, None, 0.0, &steps, interval_ms, options, &mut cache),
+        Some(speeds) => {
+            plan::best_plan_varying(profile, speeds, None, 0.0, &steps, interval_ms, options, &mut cache)
+        }
+    }
     .map_err(|source| SimError::CostModel { interval: 0, source })?;
     Ok(planned.iter().map(|p| p.config).collect())
 }

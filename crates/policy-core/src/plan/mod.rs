@@ -436,6 +436,15 @@ pub struct PlanOptions {
     /// showed ([`crate::churn::ChurnEstimator::estimate_seen`]). 0 (the default,
     /// the Oracle's: it knows every burst) prices the plan as given.
     pub recourse: f64,
+    /// Whether the plan may pause while a layout fits. A plan that knows
+    /// when an unannounced loss strikes can pause just before it and lose
+    /// nothing, which no policy that is not told can do; `false` leaves the
+    /// pause to intervals where no layout fits: a reference plan that knows
+    /// the counts but cannot stop early (`parcae_sim::oracle_without_pauses`;
+    /// the recourse's sheds, which it does not credit, are priced as
+    /// before). `true` (the default, the Oracle's and every policy's): a
+    /// pause is a state like any layout.
+    pub pause_by_choice: bool,
 }
 
 /// A pause whose write has not landed ([`PlanOptions::parked`]).
@@ -460,6 +469,7 @@ impl Default for PlanOptions {
             parked: None,
             work_limit: None,
             recourse: 0.0,
+            pause_by_choice: true,
         }
     }
 }

@@ -455,7 +455,9 @@ impl<'a> Program<'a> {
     }
 
     /// Whether state `t` may be chosen in interval `i`: not pruned, and a
-    /// layout that fits the `after` instances (the pause always fits).
+    /// layout that fits the `after` instances (the pause always fits, and
+    /// without [`PlanOptions::pause_by_choice`] is chosen only where no
+    /// layout does).
     fn may_choose(&self, i: usize, t: usize, after: u64) -> bool {
         if i == 0 && self.first.is_some_and(|first| first != t) {
             return false;
@@ -464,9 +466,16 @@ impl<'a> Program<'a> {
         let pruned =
             !forced && self.allowed.as_ref().is_some_and(|a| !a[i * self.base_states() + t.min(self.pause)]);
         !pruned
-            && (t >= self.pause
-                || (self.ctx.layouts[t].instances <= after
-                    && self.speeds.is_none_or(|speeds| speeds.thr[i + 1][t] > 0.0)))
+            && if t >= self.pause {
+                self.options.pause_by_choice || !(0..self.pause).any(|l| self.fits(i, l, after))
+            } else {
+                self.fits(i, t, after)
+            }
+    }
+
+    /// Whether layout `t` runs in interval `i` on the `after` instances.
+    fn fits(&self, i: usize, t: usize, after: u64) -> bool {
+        self.ctx.layouts[t].instances <= after && self.speeds.is_none_or(|speeds| speeds.thr[i + 1][t] > 0.0)
     }
 
     /// The predecessors tried for state `t`: staying first (no rank), then

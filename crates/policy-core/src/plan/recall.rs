@@ -73,6 +73,7 @@ impl PlanInputs {
             parked,
             work_limit: _,
             recourse,
+            pause_by_choice,
         } = *options;
         bits.extend([
             recovery.preemption_notice_ms.to_bits(),
@@ -82,6 +83,7 @@ impl PlanInputs {
             prune_depths as u64,
             terminal_ms.to_bits(),
             recourse.to_bits(),
+            u64::from(pause_by_choice),
         ]);
         layout(&mut bits, first);
         number(&mut bits, at_risk);
