@@ -508,8 +508,10 @@ pub(super) struct DistributionStore {
     /// Per key, `(S + 1) x (S + 1)` entries (`from`, `to`, the pause last):
     /// index in `heads` or [`MISSING`].
     tables: Vec<PairTable>,
-    /// `(start, len)` of a distribution's outcomes in `outs`.
-    heads: Vec<(usize, usize)>,
+    /// `(start, len)` of a distribution's outcomes in `outs`, as `u32`s:
+    /// half the bytes of `usize`s on the hit path, whose loads miss the
+    /// processor's caches (`outs` is bounded far below `u32::MAX`).
+    heads: Vec<(u32, u32)>,
     /// Every stored distribution's outcomes, back to back.
     pub(super) outs: Vec<OutcomeTerms>,
     /// Table entries held: allocated for dense tables, filled for sparse ones.
@@ -620,8 +622,10 @@ impl DistributionStore {
         for (t, table) in old_tables.into_iter().enumerate().filter(|&(t, _)| keep[t]) {
             let mut move_head = |head: &mut u32| {
                 let (start, len) = old_heads[*head as usize];
-                self.heads.push((self.outs.len(), len));
-                self.outs.extend_from_slice(&old_outs[start..start + len]);
+                // Fewer outcomes than before, so the start fits as it did.
+                self.heads.push((self.outs.len() as u32, len));
+                let start = start as usize;
+                self.outs.extend_from_slice(&old_outs[start..start + len as usize]);
                 // Fewer heads than before, so the index fits as it did.
                 *head = (self.heads.len() - 1) as u32;
             };
@@ -707,7 +711,8 @@ impl DistributionStore {
         let head = self.tables[table].get(slot);
         if head != MISSING {
             self.stats.hits += 1;
-            return Ok(self.heads[head as usize]);
+            let (start, len) = self.heads[head as usize];
+            return Ok((start as usize, len as usize));
         }
         self.compute_entry(table, slot, ctx, step, from, to)
     }
@@ -750,11 +755,14 @@ impl DistributionStore {
         }));
         let head = (start, self.outs.len() - start);
         self.table_outs[table] += head.1;
-        let index = u32::try_from(self.heads.len())
-            .ok()
-            .filter(|&i| i != MISSING)
-            .ok_or(LiveputError::Numerical { reason: "transition cache index overflow" })?;
-        self.heads.push(head);
+        // Every index and the outcomes' end fit a `u32` (the heads keep them so).
+        let fits = |n: usize| u32::try_from(n).ok().filter(|&i| i != MISSING);
+        let (Some(index), Some(packed_start), Some(_), Some(packed_len)) =
+            (fits(self.heads.len()), fits(head.0), fits(self.outs.len()), fits(head.1))
+        else {
+            return Err(LiveputError::Numerical { reason: "transition cache index overflow" });
+        };
+        self.heads.push((packed_start, packed_len));
         match &mut self.tables[table] {
             PairTable::Dense(v) => v[slot] = index,
             PairTable::Sparse(m) => {
