@@ -634,7 +634,9 @@ impl<'a> Program<'a> {
                 .filter(|&r| next[r] > f64::NEG_INFINITY && self.ctx.layouts[r].instances <= after)
                 .map(|r| (self.thr(i, r) * self.interval_ms / 1000.0 + next[r], r)),
         );
-        order.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        // The layouts break ties, so no two entries are equal: the stable
+        // sort's order without its scratch buffer.
+        order.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     }
 
     /// What one interval `i` of scenario `step` (its distribution table
