@@ -180,6 +180,7 @@ impl TransitionCache {
                 keys: HashMap::default(),
                 tables: Vec::new(),
                 heads: Vec::new(),
+                busy: Vec::new(),
                 outs: Vec::new(),
                 table_entries: 0,
                 used: Vec::new(),
@@ -512,6 +513,10 @@ pub(super) struct DistributionStore {
     /// half the bytes of `usize`s on the hit path, whose loads miss the
     /// processor's caches (`outs` is bounded far below `u32::MAX`).
     heads: Vec<(u32, u32)>,
+    /// Per head, the expected migration time of its distribution (`sum p x
+    /// d`, ms): what [`DistributionStore::busy`] answers without reading the
+    /// outcomes again.
+    busy: Vec<f64>,
     /// Every stored distribution's outcomes, back to back.
     pub(super) outs: Vec<OutcomeTerms>,
     /// Table entries held: allocated for dense tables, filled for sparse ones.
@@ -546,6 +551,7 @@ impl DistributionStore {
         self.keys.clear();
         self.tables.clear();
         self.heads.clear();
+        self.busy.clear();
         self.outs.clear();
         self.used.clear();
         self.table_outs.clear();
@@ -615,6 +621,7 @@ impl DistributionStore {
         self.at_rest.clear();
         let old_outs = std::mem::take(&mut self.outs);
         let old_heads = std::mem::take(&mut self.heads);
+        let old_busy = std::mem::take(&mut self.busy);
         let old_tables = std::mem::take(&mut self.tables);
         let old_used = std::mem::take(&mut self.used);
         let old_table_outs = std::mem::take(&mut self.table_outs);
@@ -624,6 +631,7 @@ impl DistributionStore {
                 let (start, len) = old_heads[*head as usize];
                 // Fewer outcomes than before, so the start fits as it did.
                 self.heads.push((self.outs.len() as u32, len));
+                self.busy.push(old_busy[*head as usize]);
                 let start = start as usize;
                 self.outs.extend_from_slice(&old_outs[start..start + len as usize]);
                 // Fewer heads than before, so the index fits as it did.
@@ -717,6 +725,30 @@ impl DistributionStore {
         self.compute_entry(table, slot, ctx, step, from, to)
     }
 
+    /// How many outcomes `from -> to` in `step` has and their expected
+    /// migration time (`sum p x d`, ms, summed in their order once, when the
+    /// distribution is stored): what a price of one interval reads.
+    #[inline(always)]
+    pub(super) fn busy(
+        &mut self,
+        table: usize,
+        slot: usize,
+        ctx: &PlanContext<'_>,
+        step: Step,
+        from: Option<usize>,
+        to: usize,
+    ) -> Result<(usize, f64), LiveputError> {
+        let mut head = self.tables[table].get(slot);
+        if head == MISSING {
+            self.compute_entry(table, slot, ctx, step, from, to)?;
+            head = self.tables[table].get(slot);
+        } else {
+            self.stats.hits += 1;
+        }
+        let (_, len) = self.heads[head as usize];
+        Ok((len as usize, self.busy[head as usize]))
+    }
+
     /// [`DistributionStore::entry`] on a miss: kept out of line, so that the
     /// hit the program's inner loops take nearly every time inlines.
     #[inline(never)]
@@ -763,6 +795,7 @@ impl DistributionStore {
             return Err(LiveputError::Numerical { reason: "transition cache index overflow" });
         };
         self.heads.push((packed_start, packed_len));
+        self.busy.push(self.outs[start..].iter().map(|o| o.p * o.d).sum());
         match &mut self.tables[table] {
             PairTable::Dense(v) => v[slot] = index,
             PairTable::Sparse(m) => {

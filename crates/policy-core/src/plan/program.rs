@@ -653,11 +653,10 @@ impl<'a> Program<'a> {
         f: usize,
         r: usize,
     ) -> Result<f64, LiveputError> {
-        let (start, len) = store.entry(table, store.slot(f, r), self.ctx, step, Some(f), r)?;
+        let (len, busy) = store.busy(table, store.slot(f, r), self.ctx, step, Some(f), r)?;
         // Counted as the program's own terms are, so a caller held to a work
         // limit (a guest's fuel) counts this too.
         store.stats.weighed += len as u64;
-        let busy: f64 = store.outs[start..start + len].iter().map(|o| o.p * o.d).sum();
         Ok(self.thr(i, r) * (self.interval_ms - busy) / 1000.0)
     }
 
