@@ -39,7 +39,8 @@ pub struct Liveput {
     /// Preemptions that may hit each forecast interval on top of the
     /// forecast's own, with their chance per interval (each replaced by an
     /// arrival; [`crate::plan::best_plan_hedged`]). Applied to every step but
-    /// the first, whose preemptions have been observed. Empty (the default):
+    /// the first, whose preemptions have been observed, and after the last,
+    /// where the terminal value is charged for it. Empty (the default):
     /// the forecast is taken as certain, as in the paper.
     pub churn: Vec<Churn>,
     /// The churn at the low end of its estimate's confidence interval
@@ -119,12 +120,14 @@ pub fn steps_of(request: &OptimizeRequest) -> Vec<Step> {
 impl Optimizer for Liveput {
     fn optimize(&mut self, request: &OptimizeRequest) -> Result<Plan, String> {
         let steps = steps_of(request);
-        // The churn applies to every step but the first (observed).
+        // The churn applies to every step but the first (observed), and after
+        // the horizon (the entry past the last step), where the terminal value
+        // is charged for it: a plan of the observed interval alone too.
         let per_step = |churn: &[Churn]| -> Vec<Vec<Churn>> {
             if churn.is_empty() {
                 Vec::new()
             } else {
-                (0..steps.len()).map(|i| if i == 0 { Vec::new() } else { churn.to_vec() }).collect()
+                (0..=steps.len()).map(|i| if i == 0 { Vec::new() } else { churn.to_vec() }).collect()
             }
         };
         let churn = per_step(&self.churn);

@@ -336,7 +336,7 @@ impl RobustLiveput {
     /// The last resort of a call past [`RobustLiveput::work_allowance`] even
     /// with its bursts pooled: plan the observed interval alone (its
     /// transitions from the running layout, and the terminal value's credit
-    /// for the layout's speed; with no forecast interval it charges no churn),
+    /// for the layout's speed, charged for the churn estimate's wipes after it),
     /// with no limit, and hold that layout through the rest of the forecast
     /// where it fits (else pause).
     /// Where instances live minutes a call can meet a dozen fleet sizes not

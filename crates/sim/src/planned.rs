@@ -64,10 +64,11 @@ pub fn oracle_cadenced(
 
 /// [`oracle_cadenced`] that pauses only where no layout fits
 /// ([`PlanOptions::pause_by_choice`] off): it knows every count but cannot
-/// stop just before an unannounced loss, which is most of what puts the
-/// Oracle out of an online policy's reach where instances live an hour and
-/// every loss rolls back (the README's *Bounded lifetimes*). A reference,
-/// not a row every policy is held to: it scores at most the Oracle.
+/// stop just before an unannounced loss. Where instances live an hour and
+/// every loss rolls back, that stopping is about half of the Oracle's lead
+/// over the default (the README's *Bounded lifetimes*), and no online policy
+/// can do it. A reference, not a row every policy is held to: it scores at
+/// most the Oracle.
 pub fn oracle_without_pauses(
     cadenced: &Cadenced,
     series: &[IntervalStats],

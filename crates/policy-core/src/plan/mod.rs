@@ -531,6 +531,11 @@ pub fn best_plan_with(
 /// is not the same: planned against one in every interval, pausing (which
 /// risks nothing) looks best for ever.
 ///
+/// An entry of `churn` past the last step is the churn after the horizon,
+/// what [`PlanOptions::terminal_ms`] charges the last layout for; without
+/// one, the last step's. (A plan of one observed interval has no churn of its
+/// own, yet its terminal value stands for the intervals after it.)
+///
 /// Extra preemptions are clamped to the step's `instances_before`. An
 /// interval with exactly one scenario (no churn, or one entry of probability
 /// 1 covering it) gives bit-identical numbers to [`best_plan_with`].
@@ -640,7 +645,7 @@ fn plan(
         current,
         carried_ms,
         speeds: rows.as_ref(),
-        terminal_churn: churn.get(steps.len() - 1).map_or(&[][..], Vec::as_slice),
+        terminal_churn: churn.get(steps.len()).or(churn.get(steps.len() - 1)).map_or(&[][..], Vec::as_slice),
     };
     let (store, work) = cache.parts();
     let plan = program::run(&ctx, &horizon, options, store, work)?;

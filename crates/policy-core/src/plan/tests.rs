@@ -1436,6 +1436,36 @@ fn a_terminal_value_prices_the_churn() {
     assert_eq!(warned.last().unwrap().config, cfg(1, 4), "{warned:?}");
 }
 
+/// A plan of the observed interval alone has no churn of its own, yet its
+/// terminal value stands for the intervals after it: an entry of the churn
+/// past the last step is charged there, so the plan keeps the replicas a
+/// longer horizon keeps; without it, nothing is charged.
+#[test]
+fn a_plan_of_one_interval_charges_the_churn_after_it() {
+    let profile = toy_profile(&[(1, 4, 30.0), (2, 2, 24.0), (1, 2, 14.0)], 600_000.0);
+    let steps = [step(0, 0, 6)];
+    let mut cache = TransitionCache::default();
+    let options = PlanOptions { terminal_ms: 100.0 * 60_000.0, ..PlanOptions::default() };
+    let burst = Churn { extra: 1, probability: 0.1 };
+    let plan = |churn: &[Vec<Churn>], cache: &mut TransitionCache| {
+        best_plan_scored(&profile, None, 0.0, &steps, churn, 60_000, options, cache).unwrap()
+    };
+    let after = plan(&[vec![], vec![burst]], &mut cache);
+    assert_eq!(after.steps[0].config, cfg(2, 2), "{after:?}");
+    let uncharged = plan(&[vec![]], &mut cache);
+    assert_eq!(uncharged.steps[0].config, cfg(1, 4), "{uncharged:?}");
+    assert!(after.objective < uncharged.objective, "{after:?} {uncharged:?}");
+    // On a longer horizon the entry past the last step is the last step's
+    // churn, so giving it changes nothing.
+    let three = [step(0, 0, 6), step(6, 0, 0), step(6, 0, 0)];
+    let longer = |churn: &[Vec<Churn>], cache: &mut TransitionCache| {
+        best_plan_scored(&profile, None, 0.0, &three, churn, 60_000, options, cache).unwrap()
+    };
+    let given = longer(&[vec![], vec![burst], vec![burst], vec![burst]], &mut cache);
+    let implied = longer(&[vec![], vec![burst], vec![burst]], &mut TransitionCache::default());
+    assert_eq!(given, implied);
+}
+
 // ------------------------------------------------------- varying throughputs
 
 /// `profile` with every layout's throughput scaled by `factors[k]` (0: it cannot run).
