@@ -20,7 +20,8 @@ Standard library only. Usage, from the repository root after `cargo build
 
     python3 scripts/held-out-constants.py --jobs 2 --out target/held-out-constants
 
-It writes the variants, one JSON report per case and `cases.csv` under
+`--variants artifact --interval-seconds 300` holds out the control interval
+instead (the table's is 60 s), at the artifact's constants. It writes the variants, one JSON report per case and `cases.csv` under
 `--out`, and prints a summary per variant and notice. A case whose report is
 already there is read, not run again (delete `--out` to start afresh).
 """
@@ -58,37 +59,33 @@ def scale_rebuilds(constants, factor):
             rule["ms"] = [ms * factor for ms in rule["ms"]]
 
 
-def slow_storage(c):
-    """Network disks at a quarter of EBS's speed: restarts, emergency and periodic checkpoints dearer."""
-    c["checkpoint_write_gb_per_s"] = 0.05
-    c["checkpoint_save_load_ms"] = 40_000
-    c["checkpoint_snapshot_gb_per_s"] = 2
-
-
-def slow_network(c):
-    """A 2.5 Gb/s network: all-reduce 4x slower, communicator rebuilds 3x longer."""
-    c["allreduce_gb_per_s"] = 0.3125
-    scale_rebuilds(c, 3)
-
-
-def fast(c):
-    """A 40 Gb/s network and local NVMe: every move and restart cheaper."""
-    c["allreduce_gb_per_s"] = 5.0
-    c["checkpoint_save_load_ms"] = 5_000
-    c["checkpoint_write_gb_per_s"] = 1.0
-
-
-def rare_checkpoints(c):
-    """A job that checkpoints every 2 h: an unannounced loss rolls back more."""
-    c["checkpoint_interval_ms"] = 7_200_000
-
-
+# Each variant: why, the fields it sets, and how many times as long every
+# communicator rebuild takes.
 VARIANTS = {
-    "slow-storage": slow_storage,
-    "slow-net": slow_network,
-    "fast": fast,
-    "rare-ckpt": rare_checkpoints,
+    "slow-storage": (
+        "Network disks at a quarter of EBS's speed: restarts, emergency and periodic checkpoints dearer.",
+        {"checkpoint_write_gb_per_s": 0.05, "checkpoint_save_load_ms": 40_000, "checkpoint_snapshot_gb_per_s": 2},
+        1,
+    ),
+    "slow-net": (
+        "A 2.5 Gb/s network: all-reduce 4x slower, communicator rebuilds 3x longer.",
+        {"allreduce_gb_per_s": 0.3125},
+        3,
+    ),
+    "fast": (
+        "A 40 Gb/s network and local NVMe: every move and restart cheaper.",
+        {"allreduce_gb_per_s": 5.0, "checkpoint_save_load_ms": 5_000, "checkpoint_write_gb_per_s": 1.0},
+        1,
+    ),
+    "rare-ckpt": (
+        "A job that checkpoints every 2 h: an unannounced loss rolls back more.",
+        {"checkpoint_interval_ms": 7_200_000},
+        1,
+    ),
+    "artifact": ("The artifact's constants unchanged (to hold out something else, such as the interval).", {}, 1),
 }
+# What a run scores unless `--variants` says otherwise: every change.
+DEFAULT_VARIANTS = ["slow-storage", "slow-net", "fast", "rare-ckpt"]
 
 
 def write_variants(out):
@@ -96,10 +93,11 @@ def write_variants(out):
     with open(BASE) as f:
         base = json.load(f)
     paths = {}
-    for name, change in VARIANTS.items():
+    for name, (why, fields, rebuilds) in VARIANTS.items():
         constants = copy.deepcopy(base)
-        change(constants)
-        constants["source"] = f"{name}: {change.__doc__} Derived from {BASE} by scripts/held-out-constants.py."
+        constants.update(fields)
+        scale_rebuilds(constants, rebuilds)
+        constants["source"] = f"{name}: {why} Derived from {BASE} by scripts/held-out-constants.py."
         paths[name] = os.path.join(out, f"constants-{name}.json")
         with open(paths[name], "w") as f:
             json.dump(constants, f, indent=1)
@@ -118,11 +116,12 @@ def run_case(host, out, constants, case):
     """Benches one case (or reads its report); returns its CSV row."""
     row = dict(case)
     name = "--".join([case["constants"], os.path.basename(case["trace"]), case["model"], case["notice_s"]])
+    name += f"--{case['interval_s']}s"
     report = os.path.join(out, name + ".json")
     if not os.path.exists(report):
         bench = [host, "bench", "--cost-constants", constants[case["constants"]], "--trace", case["trace"]]
         bench += ["--profile", case["profile"], "--model", case["model"], "--notice-seconds", case["notice_s"]]
-        bench += ["--json", report + ".part"]
+        bench += ["--interval-seconds", case["interval_s"], "--json", report + ".part"]
         done = subprocess.run(bench, capture_output=True, text=True)
         if done.returncode:
             row["error"] = "bench: " + done.stderr.strip()[-300:]
@@ -152,8 +151,14 @@ def main():
     parser.add_argument("--jobs", type=int, default=2, help="cases benched at once")
     parser.add_argument("--out", default="target/held-out-constants", help="folder for variants, reports, cases.csv")
     parser.add_argument("--host", default="target/release/parcae-host", help="the parcae-host binary")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
+    parser.add_argument("--interval-seconds", default="60", help="the control interval of every case (bench's default 60)")
     args = parser.parse_args()
+    try:
+        if float(args.interval_seconds) <= 0:
+            raise ValueError
+    except ValueError:
+        sys.exit(f"--interval-seconds {args.interval_seconds!r}: expected a positive number of seconds")
     if not os.path.exists(args.host):
         sys.exit(f"{args.host}: not found (cargo build --release -p parcae-host)")
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -163,7 +168,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     constants = write_variants(args.out)
     cases = [
-        {"constants": v, "trace": t, "profile": p, "model": m, "notice_s": n}
+        {"constants": v, "trace": t, "profile": p, "model": m, "notice_s": n, "interval_s": args.interval_seconds}
         for v in chosen
         for t, p in traces()
         for m in MODELS
@@ -171,7 +176,7 @@ def main():
     ]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = list(pool.map(lambda case: run_case(args.host, args.out, constants, case), cases))
-    fields = ["constants", "trace", "profile", "model", "notice_s", "default_of_oracle", "best_other_row"]
+    fields = ["constants", "trace", "profile", "model", "notice_s", "interval_s", "default_of_oracle", "best_other_row"]
     fields += ["best_other_of_oracle", "default_over_best", "above_oracle", "fallbacks", "faults", "error"]
     path = os.path.join(args.out, "cases.csv")
     with open(path, "w", newline="") as f:
