@@ -21,8 +21,9 @@ Standard library only. Usage, from the repository root after `cargo build
     python3 scripts/held-out-constants.py --jobs 2 --out target/held-out-constants
 
 `--variants artifact --interval-seconds 300` holds out the control interval
-instead (the table's is 60 s), at the artifact's constants. It writes the variants, one JSON report per case and `cases.csv` under
-`--out`, and prints a summary per variant and notice. A case whose report is
+instead (the table's is 60 s), at the artifact's constants. It writes the
+variants, one JSON report per case and `cases.csv` under `--out`, and prints
+a summary per variant and notice. A case whose report is
 already there is read, not run again (delete `--out` to start afresh).
 """
 
@@ -37,12 +38,9 @@ import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-POLICY = "builtin:guarded-liveput"
-# Rows that are bounds, references or sensitivity rows, not systems the
-# default is held against (as in `crates/sim/examples/generalisation.rs`).
-NOT_COMPARED = {"ideal", "oracle", "on-demand", "liveput-truth", "artifact", "bamboo-slow", POLICY}
-# A row this far above the Oracle breaks "the same rules for every row".
-ABOVE_TOLERANCE = 1.0005
+from bench_scores import score
+
+
 MODELS = ["gpt-1.5b", "gpt-6.7b", "bert"]
 NOTICES_S = ["0", "120"]
 BASE = "data/profiles/cost-constants.json"
@@ -129,20 +127,7 @@ def run_case(host, out, constants, case):
         os.replace(report + ".part", report)
     with open(report) as f:
         records = {record["policy"]: record for record in json.load(f)}
-    samples = {name: record["samples"] for name, record in records.items()}
-    oracle = samples.get("oracle", 0.0)
-    others = {name: v for name, v in samples.items() if name not in NOT_COMPARED}
-    best_name = max(others, key=others.get)
-    share = (lambda v: v / oracle) if oracle > 0 else (lambda v: 0.0)
-    row["default_of_oracle"] = round(share(samples[POLICY]), 4)
-    row["best_other_row"] = best_name
-    row["best_other_of_oracle"] = round(share(others[best_name]), 4)
-    row["default_over_best"] = round(samples[POLICY] / others[best_name], 4) if others[best_name] > 0 else ""
-    above = [n for n, v in samples.items() if n not in ("ideal", "oracle", "on-demand")]
-    row["above_oracle"] = ";".join(n for n in above if oracle > 0 and samples[n] > oracle * ABOVE_TOLERANCE)
-    ours = records[POLICY]
-    row["fallbacks"] = (ours.get("predictor_fallbacks") or 0) + (ours.get("optimizer_fallbacks") or 0)
-    row["faults"] = ours.get("policy_faults") or 0
+    row.update(score(records))
     return row
 
 
@@ -154,11 +139,8 @@ def main():
     parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated, from: " + ", ".join(VARIANTS))
     parser.add_argument("--interval-seconds", default="60", help="the control interval of every case (bench's default 60)")
     args = parser.parse_args()
-    try:
-        if float(args.interval_seconds) <= 0:
-            raise ValueError
-    except ValueError:
-        sys.exit(f"--interval-seconds {args.interval_seconds!r}: expected a positive number of seconds")
+    if not args.interval_seconds.isdigit() or int(args.interval_seconds) == 0:
+        sys.exit(f"--interval-seconds {args.interval_seconds!r}: expected a positive whole number of seconds")
     if not os.path.exists(args.host):
         sys.exit(f"{args.host}: not found (cargo build --release -p parcae-host)")
     chosen = [v.strip() for v in args.variants.split(",") if v.strip()]

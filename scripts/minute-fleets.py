@@ -30,11 +30,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-POLICY = "builtin:guarded-liveput"
-# Rows that are bounds or references, not systems the default is held against.
-NOT_COMPARED = {"ideal", "oracle", "on-demand", "liveput-truth", POLICY}
-# A row this far above the Oracle breaks "the same rules for every row".
-ABOVE_TOLERANCE = 1.0005
+from bench_scores import POLICY, score
 
 
 def draw(k):
@@ -80,21 +76,8 @@ def run_case(host, out, case):
         return row
     with open(report) as f:
         records = {record["policy"]: record for record in json.load(f)}
-    samples = {name: record["samples"] for name, record in records.items()}
+    row.update(score(records))
     ours = records[POLICY]
-    oracle = samples.get("oracle", 0.0)
-    others = {name: v for name, v in samples.items() if name not in NOT_COMPARED}
-    best_name = max(others, key=others.get) if others else ""
-    share = (lambda v: v / oracle) if oracle > 0 else (lambda v: 0.0)
-    row["default_of_oracle"] = round(share(samples[POLICY]), 4)
-    row["best_other_row"] = best_name
-    row["best_other_of_oracle"] = round(share(others.get(best_name, 0.0)), 4)
-    best = others.get(best_name, 0.0)
-    row["default_over_best"] = round(samples[POLICY] / best, 4) if best > 0 else ""
-    above = [n for n, v in samples.items() if n not in ("ideal", "oracle", "on-demand")]
-    row["above_oracle"] = ";".join(n for n in above if oracle > 0 and samples[n] > oracle * ABOVE_TOLERANCE)
-    row["fallbacks"] = (ours.get("predictor_fallbacks") or 0) + (ours.get("optimizer_fallbacks") or 0)
-    row["faults"] = ours.get("policy_faults") or 0
     heaviest = max(ours.get("predictor_heaviest_fuel") or 0, ours.get("optimizer_heaviest_fuel") or 0)
     budget = ours.get("fuel_per_call") or 0
     row["heaviest_call_of_budget"] = round(heaviest / budget, 4) if budget else ""
