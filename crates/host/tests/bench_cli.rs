@@ -198,6 +198,81 @@ fn with_no_arguments_it_compares_the_default_with_every_baseline_and_peer_on_p3(
     assert!(stdout.contains("| builtin:reactive") && !stdout.contains("| oobleck"), "{stdout}");
 }
 
+/// `--intervals`: every row of the table, interval by interval, adds up to
+/// the row's total; a sandboxed policy that decides as a baseline shows the
+/// same layouts; a file that cannot be created is named.
+#[test]
+fn the_intervals_file_has_every_row_interval_by_interval() {
+    let dir = scratch("intervals");
+    let (json, intervals) = (dir.join("out.json"), dir.join("intervals.csv"));
+    let common = [
+        "--trace",
+        "data/traces/demo-8node.csv",
+        "--profile",
+        "data/profiles/example-small.json",
+        "--policy",
+        "builtin:reactive",
+        "--policy",
+        "builtin:guarded-liveput",
+    ];
+    let mut args = common.to_vec();
+    args.extend(["--json", json.to_str().unwrap(), "--intervals", intervals.to_str().unwrap()]);
+    let stdout = bench(&args);
+    assert!(stdout.contains(&format!("intervals written to {}", intervals.display())), "{stdout}");
+    let records = records(&json);
+    let text = std::fs::read_to_string(&intervals).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "trace,model,policy,interval,start_s,instances,arrivals,preemptions,layout,samples,\
+             cumulative_samples,lost_samples,migration_s,p_restart"
+        )
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    // The demo trace is an hour of one-minute intervals.
+    assert_eq!(rows.len(), records.len() * 60);
+    let of = |policy: &str| rows.iter().filter(|r| r[2] == policy).collect::<Vec<_>>();
+    for record in &records {
+        let policy = record["policy"].as_str().unwrap();
+        let mine = of(policy);
+        assert_eq!(mine.len(), 60, "{policy}");
+        let mut sum = 0.0;
+        for (k, row) in mine.iter().enumerate() {
+            assert_eq!((row[0], row[1], row[3]), ("demo-8node.csv", "tiny-gpt", k.to_string().as_str()));
+            assert_eq!(row[4].parse::<f64>().unwrap(), 60.0 * k as f64);
+            let layout = row[8];
+            assert!(
+                layout == "pause"
+                    || layout
+                        .split_once('x')
+                        .is_some_and(|(d, p)| d.parse::<u32>().is_ok() && p.parse::<u32>().is_ok()),
+                "{policy} interval {k}: layout {layout}"
+            );
+            sum += row[9].parse::<f64>().unwrap();
+            assert_eq!(row[10].parse::<f64>().unwrap(), sum, "{policy} interval {k}");
+        }
+        let total = samples(record);
+        assert!((sum - total).abs() <= 1e-9 * total.abs().max(1.0), "{policy}: {sum} against {total}");
+    }
+    let layouts = |policy: &str| of(policy).iter().map(|r| r[8]).collect::<Vec<_>>();
+    assert_eq!(layouts("builtin:reactive"), layouts("reactive"));
+
+    // A file in a folder that does not exist: the error names it.
+    let missing = dir.join("no-such-folder").join("intervals.csv");
+    let mut args = common.to_vec();
+    args.extend(["--intervals", missing.to_str().unwrap()]);
+    let output = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
+        .current_dir(root())
+        .arg("bench")
+        .args(&args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains(&format!("creating {}", missing.display())), "{stderr}");
+}
+
 #[test]
 fn json_is_deterministic() {
     let dir = scratch("determinism");

@@ -30,6 +30,7 @@
 //! reference), with constants from `profiles/peer-constants.json` (embedded;
 //! `--peer-constants` for another file).
 
+mod intervals;
 mod mixed;
 mod peers;
 mod plots;
@@ -45,6 +46,7 @@ pub use peers::{PEER_CONSTANTS, PeerArg, covers, load_peer_constants, parse_peer
 pub use score::{Baseline, BenchSettings, PolicyEntry, Row, TraceBench, bench_trace};
 pub use table::{LEGEND, records, table};
 
+use intervals::IntervalsWriter;
 use score::baseline_units;
 use table::describe;
 
@@ -99,6 +101,10 @@ pub struct BenchArgs {
     /// Write one CSV row per (trace, policy) to this file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Write one CSV row per (trace, row, interval) to this file: the layout
+    /// each row ran and the samples it earned, to find where two rows part.
+    #[arg(long, value_name = "FILE")]
+    pub intervals: Option<PathBuf>,
     /// Write one SVG plot per trace into this directory (created if missing;
     /// default: `plots/` when `bench` runs with no arguments, else none).
     #[arg(long)]
@@ -253,6 +259,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(dir) = &plot_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    let mut intervals = args.intervals.as_deref().map(IntervalsWriter::create).transpose()?;
     let mut all_records = Vec::new();
     let mut plot_names = Vec::new();
     progress.suspend(|| println!("{LEGEND}\n"));
@@ -285,6 +292,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("writing {}", file.display()))?;
             text.push_str(&format!("plot: {}\n", file.display()));
         }
+        if let Some(writer) = &mut intervals {
+            writer.write(&bench, &profile.model)?;
+        }
         progress.suspend(|| println!("{text}"));
         all_records.extend(records(&bench, &profile.model, &settings));
     }
@@ -296,6 +306,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.csv {
         write_csv(&all_records, path)?;
         println!("records written to {}", path.display());
+    }
+    if let (Some(writer), Some(path)) = (intervals, &args.intervals) {
+        writer.finish()?;
+        println!("intervals written to {}", path.display());
     }
     if tour {
         println!("{NEXT_STEPS}");
