@@ -72,24 +72,25 @@ fn samples(record: &Value) -> f64 {
     record["samples"].as_f64().unwrap()
 }
 
+/// The project's demo trace with the example profile.
+const DEMO: [&str; 4] =
+    ["--trace", "data/traces/demo-8node.csv", "--profile", "data/profiles/example-small.json"];
+
 #[test]
 fn demo_trace_table_json_csv_and_svg() {
     let dir = scratch("demo");
     let (json, csv, plots) = (dir.join("out.json"), dir.join("out.csv"), dir.join("plots"));
-    let stdout = bench(&[
-        "--trace",
-        "data/traces/demo-8node.csv",
-        "--profile",
-        "data/profiles/example-small.json",
+    let mut args = DEMO.to_vec();
+    args.extend([
         "--policy",
         "builtin:reactive",
         "--json",
         json.to_str().unwrap(),
         "--csv",
         csv.to_str().unwrap(),
-        "--plot",
-        plots.to_str().unwrap(),
     ]);
+    args.extend(["--plot", plots.to_str().unwrap()]);
+    let stdout = bench(&args);
     // The table: one row per baseline and policy.
     assert!(stdout.contains("| policy"), "{stdout}");
     assert!(stdout.contains("% Oracle"), "{stdout}");
@@ -205,16 +206,8 @@ fn with_no_arguments_it_compares_the_default_with_every_baseline_and_peer_on_p3(
 fn the_intervals_file_has_every_row_interval_by_interval() {
     let dir = scratch("intervals");
     let (json, intervals) = (dir.join("out.json"), dir.join("intervals.csv"));
-    let common = [
-        "--trace",
-        "data/traces/demo-8node.csv",
-        "--profile",
-        "data/profiles/example-small.json",
-        "--policy",
-        "builtin:reactive",
-        "--policy",
-        "builtin:guarded-liveput",
-    ];
+    let common =
+        [DEMO.as_slice(), &["--policy", "builtin:reactive", "--policy", "builtin:guarded-liveput"]].concat();
     let mut args = common.to_vec();
     args.extend(["--json", json.to_str().unwrap(), "--intervals", intervals.to_str().unwrap()]);
     let stdout = bench(&args);
