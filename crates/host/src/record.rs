@@ -258,7 +258,14 @@ impl BenchRecord {
     }
 }
 
-fn create(path: &Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
+/// How every output names an interval's layout: `DxP`, or `pause` for none,
+/// so `replay`'s table and `bench --intervals` read alike.
+pub fn layout_name(config: Option<parcae_policy_core::ParallelConfig>) -> String {
+    config.map_or_else(|| "pause".to_string(), |c| c.to_string())
+}
+
+/// Creates (or truncates) `path` for writing; the error names it.
+pub fn create(path: &Path) -> anyhow::Result<std::io::BufWriter<std::fs::File>> {
     let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     Ok(std::io::BufWriter::new(file))
 }

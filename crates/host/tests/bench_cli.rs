@@ -80,17 +80,9 @@ const DEMO: [&str; 4] =
 fn demo_trace_table_json_csv_and_svg() {
     let dir = scratch("demo");
     let (json, csv, plots) = (dir.join("out.json"), dir.join("out.csv"), dir.join("plots"));
-    let mut args = DEMO.to_vec();
-    args.extend([
-        "--policy",
-        "builtin:reactive",
-        "--json",
-        json.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-    ]);
-    args.extend(["--plot", plots.to_str().unwrap()]);
-    let stdout = bench(&args);
+    let [json_arg, csv_arg, plots_arg] = [&json, &csv, &plots].map(|p| p.to_str().unwrap());
+    let outputs = ["--policy", "builtin:reactive", "--json", json_arg, "--csv", csv_arg, "--plot", plots_arg];
+    let stdout = bench(&[DEMO.as_slice(), &outputs].concat());
     // The table: one row per baseline and policy.
     assert!(stdout.contains("| policy"), "{stdout}");
     assert!(stdout.contains("% Oracle"), "{stdout}");
@@ -208,9 +200,10 @@ fn the_intervals_file_has_every_row_interval_by_interval() {
     let (json, intervals) = (dir.join("out.json"), dir.join("intervals.csv"));
     let common =
         [DEMO.as_slice(), &["--policy", "builtin:reactive", "--policy", "builtin:guarded-liveput"]].concat();
-    let mut args = common.to_vec();
-    args.extend(["--json", json.to_str().unwrap(), "--intervals", intervals.to_str().unwrap()]);
-    let stdout = bench(&args);
+    let stdout = bench(
+        &[common.as_slice(), &["--json", json.to_str().unwrap(), "--intervals", intervals.to_str().unwrap()]]
+            .concat(),
+    );
     assert!(stdout.contains(&format!("intervals written to {}", intervals.display())), "{stdout}");
     let records = records(&json);
     let text = std::fs::read_to_string(&intervals).unwrap();
@@ -253,12 +246,11 @@ fn the_intervals_file_has_every_row_interval_by_interval() {
 
     // A file in a folder that does not exist: the error names it.
     let missing = dir.join("no-such-folder").join("intervals.csv");
-    let mut args = common.to_vec();
-    args.extend(["--intervals", missing.to_str().unwrap()]);
     let output = Command::new(env!("CARGO_BIN_EXE_parcae-host"))
         .current_dir(root())
         .arg("bench")
-        .args(&args)
+        .args(&common)
+        .args(["--intervals", missing.to_str().unwrap()])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

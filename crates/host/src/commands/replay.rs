@@ -12,6 +12,7 @@ use parcae_policy_core::ParallelConfig;
 
 use crate::args::{NoticeArgs, PolicyArgs, ProfileArgs, SandboxArgs, TraceInput};
 use crate::control::{ControlSettings, replay};
+use crate::record::layout_name;
 
 /// Arguments of `parcae-host replay`.
 #[derive(Debug, Args)]
@@ -75,7 +76,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         let changed = previous != Some(d.config) || d.arrivals > 0 || d.preemptions > 0 || d.fault.is_some();
         previous = Some(d.config);
         if changed {
-            let config = d.config.map_or_else(|| "pause".to_string(), |c| c.to_string());
+            let config = layout_name(d.config);
             let answered = format!("{}/{}", d.predictor, d.optimizer);
             println!(
                 "{:>8} {:>7.1} {:>4} {:>4} {:>4} {:>8} {:>7} {:>12.0}  {answered}",

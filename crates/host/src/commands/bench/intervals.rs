@@ -14,6 +14,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use super::score::TraceBench;
+use crate::record::{create, layout_name};
 
 /// One row's one interval, as written.
 #[derive(Debug, Serialize)]
@@ -50,17 +51,14 @@ pub struct IntervalsWriter {
 impl IntervalsWriter {
     /// Creates (or truncates) `path`.
     pub fn create(path: &Path) -> anyhow::Result<Self> {
-        let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(Self { writer: csv::Writer::from_writer(BufWriter::new(file)), path: path.to_path_buf() })
+        Ok(Self { writer: csv::Writer::from_writer(create(path)?), path: path.to_path_buf() })
     }
 
     /// Appends every row of `bench`, each interval in order.
     pub fn write(&mut self, bench: &TraceBench, model: &str) -> anyhow::Result<()> {
         let interval_s = bench.series.interval_ms as f64 / 1000.0;
         for row in &bench.rows {
-            let mut cumulative = 0.0;
-            for record in &row.result.intervals {
-                cumulative += record.samples;
+            for (record, cumulative) in row.result.intervals.iter().zip(row.result.cumulative_samples()) {
                 let line = IntervalLine {
                     trace: &bench.name,
                     model,
@@ -70,7 +68,7 @@ impl IntervalsWriter {
                     instances: record.instances,
                     arrivals: record.arrivals,
                     preemptions: record.preemptions,
-                    layout: record.config.map_or_else(|| "pause".to_string(), |c| c.to_string()),
+                    layout: layout_name(record.config),
                     samples: record.samples,
                     cumulative_samples: cumulative,
                     lost_samples: record.lost_samples,
@@ -83,8 +81,9 @@ impl IntervalsWriter {
         Ok(())
     }
 
-    /// Flushes the file.
-    pub fn finish(mut self) -> anyhow::Result<()> {
-        self.writer.flush().with_context(|| format!("writing {}", self.path.display()))
+    /// Flushes the file; returns its path.
+    pub fn finish(mut self) -> anyhow::Result<PathBuf> {
+        self.writer.flush().with_context(|| format!("writing {}", self.path.display()))?;
+        Ok(self.path)
     }
 }

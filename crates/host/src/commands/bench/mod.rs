@@ -307,9 +307,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         write_csv(&all_records, path)?;
         println!("records written to {}", path.display());
     }
-    if let (Some(writer), Some(path)) = (intervals, &args.intervals) {
-        writer.finish()?;
-        println!("intervals written to {}", path.display());
+    if let Some(writer) = intervals {
+        println!("intervals written to {}", writer.finish()?.display());
     }
     if tour {
         println!("{NEXT_STEPS}");
